@@ -1,0 +1,1 @@
+"""Hydra experiments: configs under experiments/conf, entry point experiments.run."""

@@ -1,0 +1,1 @@
+"""chain_fuser package."""

@@ -1,0 +1,1 @@
+"""offload_trainer package."""

@@ -1,0 +1,14 @@
+"""shared_ir: the graph IR (ops as loop nests over named dims) and the hardware description shared by all packages.
+
+Light to import: torch/onnx are imported only inside the frontends.
+"""
+from .affine import AffineExpr, IndirectIndex, parse_index
+from .dtypes import DType
+from .errors import GraphError, IRError, ShapeError, UnsupportedOpError, ValidationError
+from .graph import Chain, Graph, atomic_write_text
+from .op import Access, Dim, Op, OpKind, Tensor, TensorRole
+from . import ops
+
+__all__ = ["AffineExpr", "IndirectIndex", "parse_index", "DType", "GraphError", "IRError", "ShapeError",
+           "UnsupportedOpError", "ValidationError", "Chain", "Graph", "atomic_write_text", "Access", "Dim", "Op",
+           "OpKind", "Tensor", "TensorRole", "ops"]
