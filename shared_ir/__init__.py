@@ -8,7 +8,12 @@ from .errors import GraphError, IRError, ShapeError, UnsupportedOpError, Validat
 from .graph import Chain, Graph, atomic_write_text
 from .op import Access, Dim, Op, OpKind, Tensor, TensorRole
 from . import ops
+from .hardware import (ComputeUnit, Device, HardwareError, Link, MemoryLevel, System, Topology, dump_hardware,
+                       list_presets, load_hardware, load_preset)
+from .roofline import Roofline, peak_flops, roofline, roofline_table
 
 __all__ = ["AffineExpr", "IndirectIndex", "parse_index", "DType", "GraphError", "IRError", "ShapeError",
            "UnsupportedOpError", "ValidationError", "Chain", "Graph", "atomic_write_text", "Access", "Dim", "Op",
-           "OpKind", "Tensor", "TensorRole", "ops"]
+           "OpKind", "Tensor", "TensorRole", "ops", "ComputeUnit", "Device", "HardwareError", "Link", "MemoryLevel",
+           "System", "Topology", "dump_hardware", "list_presets", "load_hardware", "load_preset", "Roofline",
+           "peak_flops", "roofline", "roofline_table"]
