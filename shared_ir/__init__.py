@@ -2,14 +2,25 @@
 
 Light to import: torch/onnx are imported only inside the frontends.
 """
+from . import ops
 from .affine import AffineExpr, IndirectIndex, parse_index
 from .dtypes import DType
 from .errors import GraphError, IRError, ShapeError, UnsupportedOpError, ValidationError
 from .graph import Chain, Graph, atomic_write_text
+from .hardware import (
+                       ComputeUnit,
+                       Device,
+                       HardwareError,
+                       Link,
+                       MemoryLevel,
+                       System,
+                       Topology,
+                       dump_hardware,
+                       list_presets,
+                       load_hardware,
+                       load_preset,
+)
 from .op import Access, Dim, Op, OpKind, Tensor, TensorRole
-from . import ops
-from .hardware import (ComputeUnit, Device, HardwareError, Link, MemoryLevel, System, Topology, dump_hardware,
-                       list_presets, load_hardware, load_preset)
 from .roofline import Roofline, peak_flops, roofline, roofline_table
 
 __all__ = ["AffineExpr", "IndirectIndex", "parse_index", "DType", "GraphError", "IRError", "ShapeError",

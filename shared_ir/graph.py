@@ -10,7 +10,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import networkx as nx
 
 from .errors import GraphError, ShapeError, ValidationError
-from .op import CHAIN_GLUE_KINDS, Op, OpKind, Tensor, TensorRole, op_from_dict
+from .op import CHAIN_GLUE_KINDS, Op, Tensor, TensorRole, op_from_dict
 
 FORMAT_VERSION = 1
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Mapping
 
@@ -282,10 +282,18 @@ class Op:
         """Bytes of each tensor the op touches (whole tensors)."""
         return {a.tensor.name: a.tensor.nbytes for a in self.accesses}
 
+    @cached_property
+    def touched_bytes(self) -> dict[str, int]:
+        """Bytes of each tensor the whole nest actually touches: the full tensor for most ops, only the gathered
+        rows of an embedding table, only the strided rows of a strided 1×1 conv's input."""
+        fp = self.footprint()
+        return {a.tensor.name: fp[a.tensor.name] * a.tensor.dtype.nbytes for a in self.accesses}
+
     @property
     def total_bytes(self) -> int:
-        """Bytes read + written, each tensor counted once per role (the roofline's compulsory traffic)."""
-        return sum(a.tensor.nbytes for a in self.accesses)
+        """Compulsory traffic: bytes read + written, each tensor counted once at its touched size (the roofline's
+        memory term)."""
+        return sum(self.touched_bytes.values())
 
     @property
     def weight_bytes(self) -> int:

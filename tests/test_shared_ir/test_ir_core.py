@@ -256,3 +256,12 @@ def test_random_graphs_roundtrip_yaml(g):
     assert back.to_dict() == g.to_dict()
     assert back.topological_order() == g.topological_order()
     assert Graph.from_json(g.to_json()) == g
+
+
+def test_touched_bytes_of_gather_and_strided_conv():
+    e = O.embedding("e", Tensor("ids", (2, 64), "int64", "input"), Tensor("W", (30000, 16), role="weight"), "h")
+    # only the looked-up rows move, not the 30000-row table
+    assert e.touched_bytes["W"] == 2 * 64 * 16 * 4
+    assert e.total_bytes == 2 * 64 * 8 + 2 * 64 * 16 * 4 * 2
+    c = O.conv2d("c", Tensor("x", (1, 8, 16, 16), role="input"), Tensor("w", (8, 8, 1, 1), role="weight"), "y", stride=2)
+    assert c.touched_bytes["x"] == 8 * 8 * 8 * 4  # every other row and column

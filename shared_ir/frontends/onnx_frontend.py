@@ -1,0 +1,730 @@
+"""ONNX frontend: an ONNX model (file or ``onnx.ModelProto``) + ``onnx.shape_inference`` → :class:`shared_ir.Graph`.
+
+Conventions
+- Initializers are ``weight`` tensors under their initializer name; graph inputs that are not initializers are
+  ``input`` s; graph outputs are ``output`` s. Tensor names are the ONNX value names, op names the node names.
+- Constant sub-computations (``Constant``, ``Shape`` of a statically shaped tensor, and any node whose inputs are
+  all constants: the ``Shape → Gather → Concat → Reshape`` chains exporters emit) are folded with numpy /
+  ``onnx.reference`` and leave no op; a folded value used as an operand becomes a weight tensor.
+- ``Identity``/``Dropout``/same-type ``Cast`` alias their input. ``MatMul`` by a constant [K, N] matrix is a
+  ``matmul``/``batch_matmul`` (same MACs as the ``linear`` the PyTorch frontend emits for ``nn.Linear``); ``Gemm``
+  with ``transB=1`` is a ``linear``. An erf-based GELU stays a handful of elementwise ops.
+- Every node that cannot be translated is collected and reported at the end in one
+  :class:`shared_ir.UnsupportedOpError` (op type, node name and index, and the exporter's source note if any).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+from .. import ops as O
+from ..affine import AffineExpr
+from ..dtypes import DType
+from ..errors import IRError, UnsupportedOpError
+from ..graph import Graph
+from ..op import Op, Tensor, TensorRole
+from . import expand_op, select_op, slice_op, strided_view, upsample_nearest_op
+from .torch_fx import UNARY_FLOPS, _retag
+
+_ONNX_DTYPES = {1: DType.float32, 10: DType.float16, 16: DType.bfloat16, 11: DType.float64, 3: DType.int8,
+                2: DType.uint8, 5: DType.int16, 6: DType.int32, 7: DType.int64, 9: DType.bool}
+
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Erf": "erf", "Sqrt": "sqrt", "Exp": "exp",
+          "Log": "log", "Neg": "neg", "Abs": "abs", "Reciprocal": "reciprocal", "HardSwish": "hardswish",
+          "HardSigmoid": "hardsigmoid", "LeakyRelu": "leaky_relu", "Elu": "elu", "Softplus": "softplus",
+          "Gelu": "gelu", "Sin": "sin", "Cos": "cos", "Mish": "mish"}
+_BINARY = {"Add": "add", "Mul": "mul", "Sub": "sub", "Div": "div", "Pow": "pow"}
+_REDUCE = {"ReduceMean": "mean", "ReduceSum": "sum", "ReduceMax": "max", "ReduceMin": "min"}
+_ALIAS = {"Identity", "Dropout"}
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def from_onnx(path_or_model: Any, name: str | None = None) -> Graph:
+    """Translate an ONNX model (path or ``ModelProto``) into a Graph; shapes come from ONNX shape inference."""
+    import onnx
+
+    if isinstance(path_or_model, (str, os.PathLike)):
+        model = onnx.load(os.fspath(path_or_model))
+        default_name = os.path.splitext(os.path.basename(os.fspath(path_or_model)))[0]
+    else:
+        model = path_or_model
+        default_name = model.graph.name or "onnx"
+    return _Translator(model).run(name or default_name)
+
+
+def _infer(model: Any) -> Any:
+    """Shape inference on a light copy: big initializers become typed graph inputs (inference serialises the model,
+    which for BERT's 440 MB of weights costs seconds); small ones (shape constants) keep their data."""
+    import onnx
+
+    g = onnx.GraphProto()
+    g.name = model.graph.name
+    g.node.extend(model.graph.node)
+    g.input.extend(model.graph.input)
+    g.output.extend(model.graph.output)
+    g.value_info.extend(model.graph.value_info)
+    have = {i.name for i in model.graph.input}
+    for init in model.graph.initializer:
+        n = 1
+        for d in init.dims:
+            n *= d
+        if n <= 4096:
+            g.initializer.append(init)
+        elif init.name not in have:
+            g.input.append(onnx.helper.make_tensor_value_info(init.name, init.data_type, list(init.dims)))
+    light = onnx.helper.make_model(g, opset_imports=model.opset_import, ir_version=model.ir_version)
+    return onnx.shape_inference.infer_shapes(light, data_prop=True)
+
+
+class _Consts(dict):
+    """Constant values by name: initializers converted to numpy on first use, folded values stored directly."""
+
+    def __init__(self, protos: dict[str, Any]):
+        super().__init__()
+        self.protos = protos
+
+    def __contains__(self, k: object) -> bool:
+        return dict.__contains__(self, k) or k in self.protos
+
+    def __getitem__(self, k: str) -> Any:
+        if not dict.__contains__(self, k):
+            from onnx import numpy_helper
+
+            dict.__setitem__(self, k, numpy_helper.to_array(self.protos[k]))
+        return dict.__getitem__(self, k)
+
+    def shape_dtype(self, k: str) -> tuple[tuple[int, ...], DType]:
+        if not dict.__contains__(self, k) and k in self.protos:
+            p = self.protos[k]
+            return tuple(int(d) for d in p.dims), _ONNX_DTYPES.get(p.data_type, DType.float32)
+        a = self[k]
+        return tuple(int(d) for d in a.shape), _np_dtype(a.dtype)
+
+    def size(self, k: str) -> int:
+        n = 1
+        for d in self.shape_dtype(k)[0]:
+            n *= d
+        return n
+
+
+class _Translator:
+    def __init__(self, model: Any):
+        import onnx
+        self.onnx = onnx
+        self.model = model
+        self.g = model.graph
+        inferred = _infer(model)
+        self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 13)
+        self.consts = _Consts({i.name: i for i in self.g.initializer})
+        self.env: dict[str, Tensor] = {}
+        self.weights: dict[str, Tensor] = {}
+        self.alias: dict[str, str] = {}
+        self.ops: list[Op] = []
+        self.op_names: set[str] = set()
+        self.unsupported: list[tuple[str, str]] = []
+        self.info: dict[str, tuple[tuple[int, ...] | None, DType]] = {}
+        for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
+            self.info[vi.name] = _vi_shape(vi)
+        self.inputs: list[str] = []
+        for vi in self.g.input:
+            if vi.name in self.consts:
+                continue
+            shape, dt = self.info[vi.name]
+            if shape is None:
+                raise IRError(f"onnx input {vi.name!r} has a dynamic shape; export with static shapes")
+            t = Tensor(vi.name, shape, dt, TensorRole.input)
+            self.env[vi.name] = t
+            self.inputs.append(vi.name)
+
+    # --- values ---------------------------------------------------------------------------------------------------
+    def is_const(self, n: str) -> bool:
+        return n in self.consts and n not in self.env
+
+    def T(self, n: str) -> Tensor:
+        """The IR tensor of a value: an activation, or a (folded) constant as a weight."""
+        n = self.alias.get(n, n)
+        if n in self.env:
+            return self.env[n]
+        if n in self.consts:
+            t = self.weights.get(n)
+            if t is None:
+                shape, dt = self.consts.shape_dtype(n)
+                t = self.weights[n] = Tensor(n, shape, dt, TensorRole.weight)
+            return t
+        raise _Unsupported(f"value {n!r} is unknown (produced by an unsupported op?)")
+
+    def out(self, n: str, shape=None) -> Tensor:
+        s, dt = self.info.get(n, (None, DType.float32))
+        if shape is None:
+            if s is None:
+                raise _Unsupported(f"shape inference gave no static shape for {n!r}")
+            shape = s
+        return Tensor(n, tuple(shape), dt)
+
+    def add(self, op: Op, value: str | None = None) -> Tensor:
+        self.ops.append(op)
+        self.op_names.add(op.name)
+        t = op.outputs[0].tensor
+        self.env[value or t.name] = t
+        return t
+
+    def opname(self, node: Any, i: int, suffix: str = "") -> str:
+        base = (node.name or f"{node.op_type}_{i}") + suffix
+        n, k = base, 1
+        while n in self.op_names:
+            n, k = f"{base}_{k}", k + 1
+        return n
+
+    # --- main loop ------------------------------------------------------------------------------------------------
+    def run(self, name: str) -> Graph:
+        for i, node in enumerate(self.g.node):
+            try:
+                self.translate(node, i)
+            except (_Unsupported, IRError, ValueError, TypeError, IndexError, KeyError) as e:
+                why = str(e) if isinstance(e, _Unsupported) else f"{type(e).__name__}: {e}"
+                self.unsupported.append((f"{node.domain + '.' if node.domain else ''}{node.op_type}"
+                                         + (f" ({why})" if why else ""), self.location(node, i)))
+                for o in node.output:  # stand-ins keep later nodes checkable
+                    if o and o not in self.env and o not in self.consts:
+                        s, dt = self.info.get(o, (None, DType.float32))
+                        self.env[o] = Tensor(o, s or (1,), dt)
+        if self.unsupported:
+            raise UnsupportedOpError(self.unsupported)
+        produced = {t for o in self.ops for t in o.output_names}
+        retag, names = {}, []
+        for i, vi in enumerate(self.g.output):
+            t = self.T(vi.name)
+            if t.name in names:
+                continue
+            if t.name in produced:
+                retag[t.name] = t.with_role(TensorRole.output)
+                names.append(t.name)
+            else:
+                o = Tensor(f"output_{i}", t.shape, t.dtype, TensorRole.output)
+                self.ops.append(O.unary(o.name, t, "copy", o, 0))
+                names.append(o.name)
+        return Graph([_retag(op, retag) for op in self.ops], inputs=self.inputs, outputs=names, name=name)
+
+    def location(self, node: Any, i: int) -> str:
+        loc = f"node #{i} {node.name!r}" if node.name else f"node #{i}"
+        if node.doc_string:
+            loc += f" ({node.doc_string.strip().splitlines()[0][:200]})"
+        return loc
+
+    def attrs(self, node: Any) -> dict[str, Any]:
+        from onnx import helper
+
+        return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+    def fold(self, node: Any) -> bool:
+        """Evaluate a node whose inputs are all constants (or a Shape of a static tensor); True when folded."""
+        import numpy as np
+
+        ins = [n for n in node.input if n]
+        if node.op_type == "Shape":
+            s, _ = self.info.get(node.input[0], (None, None))
+            if node.input[0] in self.env:
+                s = self.env[node.input[0]].shape
+            if s is None:
+                return False
+            a = self.attrs(node)
+            self.consts[node.output[0]] = np.array(s[a.get("start", 0):a.get("end", len(s))], dtype=np.int64)
+            return True
+        if node.op_type == "Size" and node.input[0] in self.env:
+            self.consts[node.output[0]] = np.array(self.env[node.input[0]].numel, dtype=np.int64)
+            return True
+        if node.op_type == "Constant":
+            from onnx import numpy_helper
+
+            a = node.attribute[0]
+            if a.name == "value":
+                v = numpy_helper.to_array(a.t)
+            elif a.name in ("value_float", "value_int"):
+                v = np.array(self.attrs(node)[a.name], dtype=np.float32 if a.name == "value_float" else np.int64)
+            elif a.name in ("value_floats", "value_ints"):
+                v = np.array(self.attrs(node)[a.name], dtype=np.float32 if a.name == "value_floats" else np.int64)
+            else:
+                raise _Unsupported(f"Constant with {a.name}")
+            self.consts[node.output[0]] = v
+            return True
+        if not all(self.is_const(n) for n in ins):
+            return False
+        if node.op_type in _ALIAS:
+            # e.g. an exporter's Identity between initializers it deduplicated: one tensor under the first name
+            self.consts[node.output[0]] = self.consts[ins[0]]
+            self.alias[node.output[0]] = self.alias.get(ins[0], ins[0])
+            return True
+        from onnx.reference import ReferenceEvaluator
+
+        ev = ReferenceEvaluator(node, opsets={"": self.opset})
+        res = ev.run(None, {n: self.consts[n] for n in ins})
+        for o, v in zip(node.output, res):
+            if o:
+                self.consts[o] = np.asarray(v)
+        return True
+
+    def translate(self, node: Any, i: int) -> None:
+        if self.fold(node):
+            return
+        op = node.op_type
+        a = self.attrs(node)
+        outn = node.output[0]
+        name = self.opname(node, i)
+        if op in _ALIAS:
+            self.env[outn] = self.T(node.input[0])
+            return
+        if op == "Cast":
+            x = self.T(node.input[0])
+            dt = _ONNX_DTYPES.get(a["to"], DType.float32)
+            if dt == x.dtype:
+                self.env[outn] = x
+                return
+            o = self.out(outn, x.shape)
+            o = Tensor(o.name, o.shape, dt)
+            self.add(dataclasses.replace(O.unary(name, x, "cast", o, 1), attrs={"fn": "cast", "dtype": dt.value}), outn)
+            return
+        if op in _UNARY:
+            x = self.T(node.input[0])
+            fn = _UNARY[op]
+            o = O.unary(name, x, fn, self.out(outn, x.shape), UNARY_FLOPS.get(fn, 1))
+            if op == "LeakyRelu":
+                o = dataclasses.replace(o, attrs={**o.attr_dict, "negative_slope": float(a.get("alpha", 0.01))})
+            self.add(o, outn)
+            return
+        if op == "Clip":
+            x = self.T(node.input[0])
+            lo = self._scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else a.get("min")
+            hi = self._scalar(node.input[2]) if len(node.input) > 2 and node.input[2] else a.get("max")
+            fn = "relu6" if (lo, hi) == (0.0, 6.0) else "relu" if (lo == 0.0 and hi is None) else "clip"
+            o = O.unary(name, x, fn, self.out(outn, x.shape), 1)
+            if fn == "clip":
+                o = dataclasses.replace(o, attrs={**o.attr_dict, **{k: v for k, v in (("min", lo), ("max", hi)) if v is not None}})
+            self.add(o, outn)
+            return
+        if op in _BINARY:
+            self._binary(node, name, _BINARY[op])
+            return
+        if op == "Where":
+            cond, x, y = node.input
+            act = [n for n in (x, y) if not self.is_const(n)]
+            if len(act) != 1:
+                raise _Unsupported("Where needs exactly one non-constant branch")
+            t = self.T(act[0])
+            self.add(O.binary(name, t, self.T(cond), "masked_fill", outn), outn)
+            return
+        if op == "MatMul":
+            A_, B_ = self.T(node.input[0]), self.T(node.input[1])
+            if len(A_.shape) < 2 or len(B_.shape) < 2:
+                raise _Unsupported("MatMul with a 1-D operand")
+            self.add(O.matmul(name, A_, B_, outn), outn)
+            return
+        if op == "Gemm":
+            self._gemm(node, name, a)
+            return
+        if op == "Conv":
+            self._conv(node, name, a)
+            return
+        if op == "BatchNormalization":
+            x = self.T(node.input[0])
+            o = O.affine_channel(name, x, self.T(node.input[1]), self.T(node.input[2]), self.out(outn, x.shape), 1)
+            self.add(dataclasses.replace(o, attrs={**o.attr_dict, "eps": float(a.get("epsilon", 1e-5))}), outn)
+            return
+        if op in ("Softmax", "LogSoftmax"):
+            x = self.T(node.input[0])
+            axis = a.get("axis", -1 if self.opset >= 13 else 1)
+            if self.opset < 13 and axis % len(x.shape) != len(x.shape) - 1:
+                raise _Unsupported("pre-opset-13 Softmax over a non-last axis (flattening semantics)")
+            o = O.softmax(name, x, self.out(outn, x.shape), axis)
+            if op == "LogSoftmax":
+                o = dataclasses.replace(o, attrs={**o.attr_dict, "log": True})
+            self.add(o, outn)
+            return
+        if op == "LayerNormalization":
+            x = self.T(node.input[0])
+            axis = a.get("axis", -1) % len(x.shape)
+            w = self.T(node.input[1])
+            b = self.T(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+            self.add(O.layernorm(name, x, self.out(outn, x.shape), w, b, normalized_ndim=len(x.shape) - axis), outn)
+            return
+        if op in _REDUCE:
+            x = self.T(node.input[0])
+            axes = a.get("axes")
+            if axes is None and len(node.input) > 1 and node.input[1]:
+                axes = [int(v) for v in self._const(node.input[1]).reshape(-1)]
+            if axes is None:
+                axes = list(range(len(x.shape)))
+            keep = bool(a.get("keepdims", 1))
+            if not keep and len(set(ax % len(x.shape) for ax in axes)) == len(x.shape):
+                t = self.add(O.reduce(name + ".r", x, axes, name + ".r", _REDUCE[op], keep))
+                self.add(O.view(name, t, (), Tensor(outn, (), x.dtype)), outn)
+            else:
+                self.add(O.reduce(name, x, axes, outn, _REDUCE[op], keep), outn)
+            return
+        if op in ("MaxPool", "AveragePool"):
+            self._pool(node, name, a, "max" if op == "MaxPool" else "avg")
+            return
+        if op in ("GlobalAveragePool", "GlobalMaxPool"):
+            x = self.T(node.input[0])
+            if len(x.shape) != 4:
+                raise _Unsupported(f"{op} on rank {len(x.shape)}")
+            fn = "avg" if op == "GlobalAveragePool" else "max"
+            self.add(O.pool2d(name, x, outn, x.shape[2:], 1, 0, fn), outn)
+            return
+        if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze"):
+            x = self.T(node.input[0])
+            o = self.out(outn, self._view_shape(node, a, x))
+            if tuple(o.shape) == tuple(x.shape):
+                self.env[outn] = x
+            else:
+                self.add(O.view(name, x, o.shape, o), outn)
+            return
+        if op == "Transpose":
+            x = self.T(node.input[0])
+            perm = a.get("perm", list(range(len(x.shape)))[::-1])
+            self.add(O.permute(name, x, perm, outn), outn)
+            return
+        if op == "Concat":
+            xs = [self.T(n) for n in node.input if n]
+            if len(xs) == 1:
+                self.env[outn] = xs[0]
+            else:
+                self.add(O.concat(name, xs, a["axis"], outn), outn)
+            return
+        if op == "Split":
+            x = self.T(node.input[0])
+            axis = a.get("axis", 0) % len(x.shape)
+            if "split" in a:
+                sizes = [int(v) for v in a["split"]]
+            elif len(node.input) > 1 and node.input[1]:
+                sizes = [int(v) for v in self._const(node.input[1]).reshape(-1)]
+            else:  # equal parts (the last one smaller), opset 18's num_outputs
+                k = len(node.output)
+                c = -(-x.shape[axis] // k)
+                sizes = [min(c, x.shape[axis] - j * c) for j in range(k)]
+            off = 0
+            for k, (o, ln) in enumerate(zip(node.output, sizes)):
+                shape = list(x.shape)
+                shape[axis] = ln
+                if o:
+                    self.add(slice_op(self.opname(node, i, f".{k}"), x, self.out(o, shape), axis, off), o)
+                off += ln
+            return
+        if op == "Slice":
+            self._slice(node, name)
+            return
+        if op == "Gather":
+            self._gather(node, name, a)
+            return
+        if op == "Expand":
+            import numpy as np
+
+            x = self.T(node.input[0])
+            o = self.out(outn, np.broadcast_shapes(tuple(x.shape), tuple(int(v) for v in self._const(node.input[1]))))
+            if tuple(o.shape) == tuple(x.shape):
+                self.env[outn] = x
+            else:
+                self.add(expand_op(name, x, o), outn)
+            return
+        if op == "LSTM":
+            self._lstm(node, name, a)
+            return
+        if op in ("Resize", "Upsample"):
+            mode = a.get("mode", b"nearest")
+            mode = mode.decode() if isinstance(mode, bytes) else mode
+            if mode != "nearest":
+                raise _Unsupported(f"mode={mode!r} (only nearest)")
+            x = self.T(node.input[0])
+            self.add(upsample_nearest_op(name, x, self.out(outn, self._resize_shape(node, x))), outn)
+            return
+        raise _Unsupported("")
+
+    # --- op lowerings ---------------------------------------------------------------------------------------------
+    def _const(self, n: str):
+        if not self.is_const(n):
+            raise _Unsupported(f"input {n!r} must be a constant")
+        return self.consts[n]
+
+    def _view_shape(self, node, a, x) -> tuple[int, ...]:
+        """Output shape of Flatten/Reshape/Squeeze/Unsqueeze from the (folded) constant operands."""
+        r = len(x.shape)
+        op = node.op_type
+        if op == "Flatten":
+            ax = a.get("axis", 1) % (r + 1) if r else 0
+            lead = 1
+            for d in x.shape[:ax]:
+                lead *= d
+            return (lead, x.numel // lead)
+        if op == "Reshape":
+            want = [int(v) for v in self._const(node.input[1]).reshape(-1)]
+            out = [x.shape[i] if v == 0 and not a.get("allowzero", 0) else v for i, v in enumerate(want)]
+            if -1 in out:
+                known = 1
+                for v in out:
+                    if v != -1:
+                        known *= v
+                out[out.index(-1)] = x.numel // known
+            return tuple(out)
+        axes = a.get("axes")
+        if axes is None and len(node.input) > 1 and node.input[1]:
+            axes = [int(v) for v in self._const(node.input[1]).reshape(-1)]
+        if op == "Squeeze":
+            axes = [i for i, d in enumerate(x.shape) if d == 1] if axes is None else [v % r for v in axes]
+            return tuple(d for i, d in enumerate(x.shape) if i not in axes)
+        n = r + len(axes)
+        axes = sorted(v % n for v in axes)
+        it = iter(x.shape)
+        return tuple(1 if i in axes else next(it) for i in range(n))
+
+    def _resize_shape(self, node, x) -> tuple[int, ...]:
+        ins = list(node.input)
+        if len(ins) > 3 and ins[3]:
+            return tuple(int(v) for v in self._const(ins[3]).reshape(-1))
+        sc = ins[2] if node.op_type == "Resize" and len(ins) > 2 else ins[1] if len(ins) > 1 else ""
+        if sc and sc in self.consts and self.consts.size(sc):
+            return tuple(int(round(d * float(f))) for d, f in zip(x.shape, self._const(sc).reshape(-1)))
+        s, _ = self.info.get(node.output[0], (None, None))
+        if s is None:
+            raise _Unsupported("Resize without constant scales or sizes")
+        return s
+
+    def _scalar(self, n: str) -> float:
+        return float(self._const(n).reshape(-1)[0])
+
+    def _binary(self, node, name, fn):
+        an, bn = node.input[0], node.input[1]
+        outn = node.output[0]
+        ca, cb = self.is_const(an), self.is_const(bn)
+        for const, other, left in ((bn, an, False), (an, bn, True)):
+            if self.is_const(const) and not self.is_const(other) and self.consts.size(const) == 1:
+                x = self.T(other)
+                o = self.out(outn)
+                if tuple(o.shape) != tuple(x.shape):
+                    break  # a scalar that broadcasts x up: keep it a binary op
+                f = f"{fn}_scalar" if not left or fn in ("add", "mul") else f"r{fn}_scalar"
+                u = O.unary(name, x, f, o, 1)
+                self.add(dataclasses.replace(u, attrs={**u.attr_dict, "scalar": self._scalar(const)}), outn)
+                return
+        if ca and cb:
+            raise _Unsupported("both operands constant")
+        self.add(O.binary(name, self.T(an), self.T(bn), fn, self.out(outn)), outn)
+
+    def _gemm(self, node, name, a):
+        """Y = alpha·A·op(B) + beta·C: ``linear`` when transB=1 (nn.Linear's export), else ``matmul``; a bias that
+        is not a plain [N] vector (or scaled alpha/beta) becomes elementwise ops after it."""
+        if a.get("transA", 0):
+            raise _Unsupported("transA=1")
+        x, w = self.T(node.input[0]), self.T(node.input[1])
+        c = node.input[2] if len(node.input) > 2 and node.input[2] else None
+        alpha, beta = float(a.get("alpha", 1.0)), float(a.get("beta", 1.0))
+        outn = node.output[0]
+        trans_b = bool(a.get("transB", 0))
+        n_out = w.shape[0] if trans_b else w.shape[1]
+        fused_bias = trans_b and c is not None and beta == 1.0 and alpha == 1.0 and \
+            tuple(self.T(c).shape) == (n_out,)
+        last = c is None or fused_bias
+        mid = outn if last and alpha == 1.0 else f"{name}.mm"
+        op_name = name if mid == outn else f"{name}.mm"
+        if trans_b:
+            t = self.add(O.linear(op_name, x, w, mid, self.T(c) if fused_bias else None), mid)
+        else:
+            t = self.add(O.matmul(op_name, x, w, mid), mid)
+        if mid == outn:
+            return
+        if alpha != 1.0:
+            nm = name if c is None else f"{name}.alpha"
+            u = O.unary(nm, t, "mul_scalar", nm if nm != name else outn, 1)
+            t = self.add(dataclasses.replace(u, attrs={**u.attr_dict, "scalar": alpha}))
+        if c is not None:
+            if beta != 1.0:
+                raise _Unsupported("Gemm with beta != 1")
+            t = self.add(O.binary(name, t, self.T(c), "add", outn))
+        self.env[outn] = t
+
+    def _lstm(self, node, name, a):
+        """Unroll a forward ONNX LSTM over its static sequence length, as the PyTorch frontend unrolls nn.LSTM:
+        per step two linears (W·x_t + Wb, R·h + Rb) whose weights are the constants W[0], R[0] shared by all steps,
+        gate slices in ONNX order (i, o, f, c), c' = σf·c + σi·tanh(g), h' = σo·tanh(c')."""
+        import numpy as np
+
+        ins = list(node.input) + [""] * (8 - len(node.input))
+        if a.get("direction", b"forward") not in (b"forward", "forward") or a.get("layout", 0) or ins[7] \
+                or a.get("clip") is not None or a.get("input_forget", 0) or "activations" in a:
+            raise _Unsupported("only forward, layout 0, default activations, no peephole/clip")
+        if ins[4] and not self.is_const(ins[4]):
+            raise _Unsupported("dynamic sequence_lens")
+        x = self.T(ins[0])
+        T, B, _ = x.shape
+        H = int(a["hidden_size"])
+
+        def derived(src: str, tag: str, value) -> Tensor:
+            n = f"{src}.{tag}"
+            if n not in self.consts:
+                dict.__setitem__(self.consts, n, value)
+            return self.T(n)
+
+        W, R = derived(ins[1], "0", self._const(ins[1])[0]), derived(ins[2], "0", self._const(ins[2])[0])
+        bw = br = None
+        if ins[3]:
+            b = self._const(ins[3])[0]
+            bw, br = derived(ins[3], "w", b[:4 * H]), derived(ins[3], "r", b[4 * H:])
+
+        def init(k: int, tag: str) -> Tensor:
+            if ins[k]:
+                return self.T(ins[k])
+            return derived(f"{name}", tag, np.zeros((1, B, H), dtype="float32"))  # ONNX default: zero state
+
+        h, c = init(5, "h0"), init(6, "c0")
+        hs = []
+        for t in range(T):
+            p = f"{name}.t{t}"
+            xt = self.add(slice_op(f"{p}.x", x, Tensor(f"{p}.x", (1, B, x.shape[2]), x.dtype), 0, t))
+            gx = self.add(O.linear(f"{p}.gx", xt, W, f"{p}.gx", bw))
+            gh = self.add(O.linear(f"{p}.gh", h, R, f"{p}.gh", br))
+            g = self.add(O.binary(f"{p}.gates", gx, gh, "add", f"{p}.gates"))
+            gi, go, gf, gc = (self.add(slice_op(f"{p}.g{k}", g, Tensor(f"{p}.g{k}", (1, B, H), g.dtype), -1, j * H))
+                              for j, k in enumerate("iofc"))
+            si = self.add(O.unary(f"{p}.si", gi, "sigmoid", f"{p}.si", 4))
+            so = self.add(O.unary(f"{p}.so", go, "sigmoid", f"{p}.so", 4))
+            sf = self.add(O.unary(f"{p}.sf", gf, "sigmoid", f"{p}.sf", 4))
+            tg = self.add(O.unary(f"{p}.tg", gc, "tanh", f"{p}.tg", 4))
+            fc = self.add(O.binary(f"{p}.fc", sf, c, "mul", f"{p}.fc"))
+            ig = self.add(O.binary(f"{p}.ig", si, tg, "mul", f"{p}.ig"))
+            c = self.add(O.binary(f"{p}.c", fc, ig, "add", f"{p}.c"))
+            tc = self.add(O.unary(f"{p}.tc", c, "tanh", f"{p}.tc", 4))
+            h = self.add(O.binary(f"{p}.h", so, tc, "mul", f"{p}.h"))
+            hs.append(h)
+        outs = list(node.output) + [""] * (3 - len(node.output))
+        if outs[0]:
+            y = self.add(O.concat(f"{name}.y", hs, 0, f"{name}.y")) if T > 1 else hs[0]
+            self.add(O.view(name, y, (T, 1, B, H), outs[0]), outs[0])
+        if outs[1]:
+            self.alias[outs[1]] = h.name
+        if outs[2]:
+            self.alias[outs[2]] = c.name
+
+    def _conv(self, node, name, a):
+        x, w = self.T(node.input[0]), self.T(node.input[1])
+        if len(x.shape) != 4:
+            raise _Unsupported(f"Conv on a rank-{len(x.shape)} input (only 2-D convolutions)")
+        ap = a.get("auto_pad", b"NOTSET")
+        ap = ap.decode() if isinstance(ap, bytes) else ap
+        if ap not in ("NOTSET", "VALID"):
+            raise _Unsupported(f"auto_pad={ap}")
+        pads = list(a.get("pads", [0, 0, 0, 0])) if ap == "NOTSET" else [0, 0, 0, 0]
+        if pads[0] != pads[2] or pads[1] != pads[3]:
+            raise _Unsupported(f"asymmetric pads {pads}")
+        b = self.T(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+        self.add(O.conv2d(name, x, w, node.output[0], b, stride=tuple(a.get("strides", [1, 1])),
+                          padding=(pads[0], pads[1]), dilation=tuple(a.get("dilations", [1, 1])),
+                          groups=int(a.get("group", 1))), node.output[0])
+
+    def _pool(self, node, name, a, fn):
+        x = self.T(node.input[0])
+        if len(x.shape) != 4:
+            raise _Unsupported(f"pool on rank {len(x.shape)}")
+        ap = a.get("auto_pad", b"NOTSET")
+        ap = ap.decode() if isinstance(ap, bytes) else ap
+        if ap not in ("NOTSET", "VALID"):
+            raise _Unsupported(f"auto_pad={ap}")
+        pads = list(a.get("pads", [0, 0, 0, 0])) if ap == "NOTSET" else [0, 0, 0, 0]
+        if pads[0] != pads[2] or pads[1] != pads[3]:
+            raise _Unsupported(f"asymmetric pads {pads}")
+        k = tuple(a["kernel_shape"])
+        st, dil = tuple(a.get("strides", [1, 1])), tuple(a.get("dilations", [1, 1]))
+        shape = list(x.shape)
+        for j in range(2):  # output extent, with ceil_mode's extra window when it starts inside the input/left pad
+            span = x.shape[2 + j] + 2 * pads[j] - dil[j] * (k[j] - 1) - 1
+            n = (-(-span // st[j]) if a.get("ceil_mode", 0) else span // st[j]) + 1
+            if a.get("ceil_mode", 0) and (n - 1) * st[j] >= x.shape[2 + j] + pads[j]:
+                n -= 1
+            shape[2 + j] = n
+        o = self.out(node.output[0], shape)
+        op = O.pool2d(name, x, name, k, tuple(a.get("strides", [1, 1])), (pads[0], pads[1]), fn,
+                      tuple(a.get("dilations", [1, 1])))
+        if tuple(op.outputs[0].tensor.shape) != tuple(o.shape):
+            if not a.get("ceil_mode", 0):
+                raise _Unsupported(f"pool output {list(o.shape)} differs from {list(op.outputs[0].tensor.shape)}")
+            dims = tuple(dataclasses.replace(d, extent=o.shape[2]) if d.name == "p" else
+                         dataclasses.replace(d, extent=o.shape[3]) if d.name == "q" else d for d in op.dims)
+            op = Op(name, op.kind, dims, op.inputs, (dataclasses.replace(op.outputs[0], tensor=o),),
+                    {**op.attr_dict, "padded": True, "ceil_mode": True}, op.flops_per_point)
+        else:
+            op = dataclasses.replace(op, outputs=(dataclasses.replace(op.outputs[0], tensor=o),))
+        self.add(op, node.output[0])
+
+    def _slice(self, node, name):
+        x = self.T(node.input[0])
+        starts = [int(v) for v in self._const(node.input[1]).reshape(-1)]
+        ends = [int(v) for v in self._const(node.input[2]).reshape(-1)]
+        axes = [int(v) for v in self._const(node.input[3]).reshape(-1)] if len(node.input) > 3 and node.input[3] \
+            else list(range(len(starts)))
+        steps = [int(v) for v in self._const(node.input[4]).reshape(-1)] if len(node.input) > 4 and node.input[4] \
+            else [1] * len(starts)
+        idx = [AffineExpr.dim(f"d{i}") for i in range(len(x.shape))]
+        shape = list(x.shape)
+        for s, e, ax, st in zip(starts, ends, axes, steps):
+            ax %= len(x.shape)
+            if st <= 0:
+                raise _Unsupported("negative slice step")
+            r = range(x.shape[ax])[slice(s, e, st)]
+            if not len(r):
+                raise _Unsupported("empty slice")
+            idx[ax] = AffineExpr.dim(f"d{ax}") * r.step + r.start
+            shape[ax] = len(r)
+        o = self.out(node.output[0], shape)
+        if tuple(o.shape) == tuple(x.shape) and all(str(e) == f"d{i}" for i, e in enumerate(idx)):
+            self.env[node.output[0]] = x
+            return
+        self.add(strided_view(name, x, o, idx, "slice"), node.output[0])
+
+    def _gather(self, node, name, a):
+        data, ind = node.input[0], node.input[1]
+        axis = a.get("axis", 0)
+        if self.is_const(data) and not self.is_const(ind):
+            w = self.T(data)
+            if axis != 0 or len(w.shape) != 2:
+                raise _Unsupported("Gather from a constant that is not an embedding table (axis 0, rank 2)")
+            self.add(O.embedding(name, self.T(ind), w, node.output[0]), node.output[0])
+            return
+        if not self.is_const(ind):
+            raise _Unsupported("Gather with data-dependent indices on an activation")
+        x = self.T(data)
+        axis %= len(x.shape)
+        idx = self._const(ind)
+        shape = list(x.shape[:axis]) + list(idx.shape) + list(x.shape[axis + 1:])
+        o = self.out(node.output[0], shape)
+        if idx.ndim == 0:
+            self.add(select_op(name, x, o, axis, int(idx) % x.shape[axis]), node.output[0])
+            return
+        v = [int(i) % x.shape[axis] for i in idx.reshape(-1)]
+        if idx.ndim == 1 and v == list(range(v[0], v[0] + len(v))):
+            self.add(slice_op(name, x, o, axis, v[0]), node.output[0])
+            return
+        raise _Unsupported("Gather with non-contiguous constant indices")
+
+
+def _vi_shape(vi: Any) -> tuple[tuple[int, ...] | None, DType]:
+    tt = vi.type.tensor_type
+    dt = _ONNX_DTYPES.get(tt.elem_type, DType.float32)
+    if not tt.HasField("shape"):
+        return None, dt
+    dims = []
+    for d in tt.shape.dim:
+        if not d.HasField("dim_value"):
+            return None, dt
+        dims.append(int(d.dim_value))
+    return tuple(dims), dt
+
+
+def _np_dtype(d: Any) -> DType:
+    try:
+        return DType.parse(str(d))
+    except IRError:
+        return DType.float32
+
+
+__all__ = ["from_onnx"]
