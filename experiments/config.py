@@ -56,7 +56,7 @@ class WorkloadConfig:
     """Graph file (``source: file``): shared_ir YAML/JSON (``Graph.save``) or ONNX (``.onnx``). Relative paths are
     taken from the working directory, then from the repository root."""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments of ``shared_ir.zoo.graph`` (e.g. ``seq_len``, ``image_size``)."""
+    """Extra keyword arguments of ``shared_ir.zoo.graph`` (e.g. ``seq`` for transformers, ``img`` for vision models)."""
 
     def __post_init__(self) -> None:
         p = "workload"
