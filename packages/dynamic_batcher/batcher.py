@@ -1,0 +1,232 @@
+"""The define-by-run batcher: record instances lazily, then schedule, plan and execute them in batches.
+
+    bt = Batcher(model, policy="typewise_lb")
+    outs = [workload_fn(bt, inst) for inst in minibatch]   # lazy Values
+    bt.flush()                                              # or read any value: it flushes
+    outs[0].value()                                         # torch tensor of instance 0
+
+Reading a value whose node is still pending (data-dependent control flow) flushes everything pending first, so
+the answer is always right. A value from an earlier flush used in a later graph enters it as a constant.
+"""
+from __future__ import annotations
+
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from .errors import BatcherError
+from .executor import BlockPlan, ExecPlan, ExecStats, execute
+from .graph import DynGraph
+from .ir import KIND_TO_IR, Block, Model, Ops, Value, _label
+from .policies import Policy, check_schedule, make_policy
+
+CLOCK = [time.perf_counter]  # phase timer; the benchmark may switch it to process CPU time
+
+@dataclass
+class Timings:
+    """Seconds spent per phase (accumulated over flushes)."""
+
+    build_s: float = 0.0
+    """Recording the graph (user code + node creation)."""
+    sched_s: float = 0.0
+    """Policy scheduling (graph analysis + choosing batches), zero on a cache hit."""
+    plan_s: float = 0.0
+    """Execution planning (argument resolution); block plans are built once per block and layout."""
+    exec_s: float = 0.0
+    """Running the batched kernels."""
+    flushes: int = 0
+    cache_hits: int = 0
+    batches: int = 0
+    nodes: int = 0
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class TypeReport:
+    type: str
+    kind: str
+    ir_kind: str | None
+    nodes: int = 0
+    batches: int = 0
+    unbatched: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class Batcher(Ops):
+    """Lazy builder + scheduler + executor.
+
+    ``policy``: a policy name (see :data:`dynamic_batcher.policies.POLICIES`) or a :class:`Policy` (e.g. a
+    trained :class:`dynamic_batcher.rl.FSMPolicy`). ``blocks``: ``"block"`` keeps static blocks as single nodes
+    (ED-Batch), ``"inline"`` records their ops into the dynamic graph (what DyNet sees). ``layout``: ``"pq"`` or
+    ``"dynet"`` memory layout inside blocks. ``cache``: reuse schedule + plan for a graph of the same structure.
+    """
+
+    def __init__(self, model: Model, policy: str | Policy = "typewise_lb", blocks: str = "block",
+                 layout: str = "pq", cache: bool = True, check: bool = False, cache_size: int = 64):
+        if blocks not in ("block", "inline"):
+            raise BatcherError(f"batcher.blocks: must be 'block' or 'inline', got {blocks!r}")
+        if layout not in ("pq", "dynet"):
+            raise BatcherError(f"batcher.layout: must be 'pq' or 'dynet', got {layout!r}")
+        self.model = model
+        self.policy: Policy = make_policy(policy) if isinstance(policy, str) else policy
+        self.blocks = blocks
+        self.layout = layout
+        self.cache_on = cache
+        self.check = check
+        self._cache: OrderedDict = OrderedDict()
+        self._cache_size = cache_size
+        self.block_plans: dict[str, BlockPlan] = {}
+        self.stats = ExecStats()
+        self.times = Timings()
+        self.last_schedule: list[list[int]] | None = None
+        self.last_graph: DynGraph | None = None
+        self._used_blocks: set = set()
+        self._new_graph()
+
+    def _new_graph(self) -> None:
+        self.g = DynGraph()
+        self._t_start = CLOCK[0]()
+
+    # --- recording ------------------------------------------------------------------------------------------
+    def _count(self) -> int:
+        return self.g.n
+
+    def _emit(self, kind, args, params, attrs, shapes, data=None, label=""):
+        g = self.g
+        refs = []
+        for a in args:
+            if a.b is not self:
+                if a.g is None and a._t is not None:  # an eager value: becomes a constant
+                    a = self.constant(a._t)
+                else:
+                    raise BatcherError(f"node {label or _label(kind, g.n, params)}: argument {a!r} belongs to "
+                                       "another builder")
+            elif a.g is not g:  # computed in an earlier flush: enters this graph as a constant
+                a = self.constant(a.value())
+            refs.append((a.node, a.out))
+        i = g.add(kind, tuple(refs), params, attrs, tuple(shapes), data, label)
+        return tuple(Value(self, g, i, o, tuple(s)) for o, s in enumerate(shapes))
+
+    def _call_block(self, block: Block, args: list[Value], label: str) -> tuple[Value, ...]:
+        if self.blocks == "inline":
+            outs = block.fn(self, *args)
+            return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+        self._used_blocks.add(block)
+        return super()._call_block(block, args, label)
+
+    # --- results --------------------------------------------------------------------------------------------
+    def materialize(self, v: Value):
+        if v._t is not None:
+            return v._t
+        if v.g is self.g:
+            self.flush()
+        res = v.g.results
+        if res is None:
+            raise BatcherError(f"value {v!r} was never computed")
+        store, loc_b, loc_r = res
+        t = store[loc_b[v.node]][v.out][loc_r[v.node]]
+        v._t = t
+        return t
+
+    # --- flushing -------------------------------------------------------------------------------------------
+    def flush(self) -> None:
+        """Schedule, plan and run everything recorded so far."""
+        g = self.g
+        if g.n == 0:
+            return
+        t0 = CLOCK[0]()
+        self.times.build_s += t0 - self._t_start
+        key = g.structure_key() if self.cache_on else None
+        hit = self._cache.get(key) if key is not None else None
+        if hit is not None and not g.same_structure(hit[2]):
+            hit = None
+        if hit is not None:
+            self._cache.move_to_end(key)
+            batches, plan, _ = hit
+            self.times.cache_hits += 1
+            t1 = t2 = CLOCK[0]()
+        else:
+            view = g.view()
+            batches = self.policy.schedule(view)
+            if self.check:
+                check_schedule(view, batches)
+            t1 = CLOCK[0]()
+            plan = ExecPlan(g, batches)
+            t2 = CLOCK[0]()
+            if key is not None:
+                # keep only the structure lists (not the results) to confirm later hits
+                self._cache[key] = (batches, plan, SimpleNamespace(n=g.n, type=g.type, args=g.args,
+                                                                   type_sig=g.type_sig))
+                if len(self._cache) > self._cache_size:
+                    self._cache.popitem(last=False)
+        for b in self._used_blocks:
+            if b.name not in self.block_plans:  # built once per block (and layout), reused by every flush
+                self.block_plans[b.name] = BlockPlan(b, self.layout)
+        self._used_blocks = set()
+        t3 = CLOCK[0]()
+        store = execute(g, plan, self.block_plans, self.stats)
+        t4 = CLOCK[0]()
+        g.results = (store, plan.loc_b, plan.loc_r)
+        self.times.sched_s += t1 - t0
+        self.times.plan_s += (t2 - t1) + (t3 - t2)
+        self.times.exec_s += t4 - t3
+        self.times.flushes += 1
+        self.times.batches += len(batches)
+        self.times.nodes += g.n
+        self.last_schedule = batches
+        self.last_graph = g
+        self._new_graph()
+
+    # --- reporting ------------------------------------------------------------------------------------------
+    def report(self, g: DynGraph | None = None, batches: list[list[int]] | None = None) -> list[TypeReport]:
+        """Per type: nodes, batches, nodes left unbatched and why (of the last flush by default)."""
+        g = g or self.last_graph
+        batches = batches if batches is not None else self.last_schedule
+        if g is None or batches is None:
+            return []
+        reps: dict[int, TypeReport] = {}
+        for b in batches:
+            t = g.type[b[0]]
+            r = reps.get(t)
+            if r is None:
+                kind = g.kind[b[0]]
+                ir = KIND_TO_IR.get(kind)
+                r = reps[t] = TypeReport(g.type_key(t) if t else f"unbatchable:{kind}", kind,
+                                         ir.value if ir is not None else None)
+            r.nodes += len(b)
+            r.batches += 1
+            if len(b) == 1:
+                r.unbatched += 1
+                if t == 0:
+                    name = dict(g.attrs[b[0]]).get("fn", kind)
+                    why = f"no batching rule (custom op {name!r})"
+                else:
+                    why = "alone in its batch (no other ready node of its signature)"
+                r.reasons[why] = r.reasons.get(why, 0) + 1
+        return sorted(reps.values(), key=lambda r: -r.nodes)
+
+
+    def batching_summary(self) -> dict[str, Any]:
+        """Of the last flush: nodes, batches, the lower bound of its graph and the per-type report."""
+        g, b = self.last_graph, self.last_schedule
+        if g is None or b is None:
+            return {}
+        return {"nodes": g.n, "batches": len(b), "lower_bound": g.view().lower_bound(),
+                "types": [r.__dict__ for r in self.report()]}
+
+
+def format_report(reps: list[TypeReport]) -> str:
+    lines = [f"{'type':70s} {'nodes':>6s} {'batches':>7s} {'unbatched':>9s}"]
+    for r in reps:
+        lines.append(f"{r.type[:70]:70s} {r.nodes:6d} {r.batches:7d} {r.unbatched:9d}")
+        for why, n in r.reasons.items():
+            lines.append(f"    {n} × {why}")
+    return "\n".join(lines)
+
+
+__all__ = ["Batcher", "Timings", "TypeReport", "format_report"]
+_ = Any

@@ -1,0 +1,384 @@
+"""Batched execution with PyTorch kernels: static-block plans and the dynamic-graph executor.
+
+Static block (:class:`BlockPlan`): the block body's nodes are batched among themselves (exact search on the
+per-type critical path; linear ops of equal shapes with different weights run as one ``bmm`` over weights stacked
+once at plan time), laid out in per-shape arenas ``[slots, k, *shape]`` (k = instances in the block batch) by the
+DyNet or the PQ-tree planner, and executed with views where an argument set is contiguous and in order, gathers
+(``index_select``) elsewhere. Dynamic graph (:class:`ExecPlan`): each batch's outputs are one tensor ``(k, ...)``
+in batch order (the DyNet layout); argument sets that are one contiguous run of one batch are views, others are
+concatenated from runs (a gather). Every copy is counted in :class:`ExecStats`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from .errors import BatcherError, ShapeMismatchError
+from .graph import DynGraph, GraphView
+from .ir import Block
+from .planner import BatchSpec, dynet_layout, pq_layout
+from .policies import TypewiseLB, exact_optimum
+
+F32 = 4
+STAGE_LIMIT_BYTES = 4096  # per instance: larger distinct block inputs are not copied together to batch an op
+
+
+@dataclass
+class ExecStats:
+    """Counters of one or more executions."""
+
+    kernels: int = 0
+    """Kernel launches (batched ops, block-internal ops included)."""
+    gathers: int = 0
+    """Argument sets copied at the dynamic-graph level."""
+    gather_bytes: int = 0
+    """Bytes copied by those gathers."""
+    block_gathers: int = 0
+    """Argument sets copied inside static blocks."""
+    block_gather_bytes: int = 0
+    """Bytes copied inside static blocks (gathers + output scatters): what the PQ layout targets."""
+    staged_bytes: int = 0
+    """Block inputs copied into block arenas (same for both layouts)."""
+
+    def add(self, o: "ExecStats") -> None:
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(o, f.name))
+
+    @property
+    def copied_bytes(self) -> int:
+        return self.gather_bytes + self.block_gather_bytes + self.staged_bytes
+
+    def as_dict(self) -> dict[str, int]:
+        d = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["copied_bytes"] = self.copied_bytes
+        return d
+
+
+def _inner_sig(n) -> tuple:
+    # inside a block, linear ops of equal shapes batch across different weights (stacked once), so the weight
+    # identity is not part of the block-internal signature
+    return (n.kind, tuple(p.shape for p in n.params), n.attrs, n.shape)
+
+
+class BlockPlan:
+    """Internal schedule + memory layout + pre-stacked weights of one static block (cached per block/layout)."""
+
+    def __init__(self, block: Block, layout: str = "pq", max_states: int = 100_000):
+        import torch
+
+        if layout not in ("pq", "dynet"):
+            raise BatcherError(f"block {block.name}: layout must be 'pq' or 'dynet', got {layout!r}")
+        self.block = block
+        self.layout_name = layout
+        T = block.template
+        nodes = T.nodes
+        comp = [n.idx for n in nodes if n.kind != "input"]
+        inputs = [n.idx for n in nodes if n.kind == "input"]
+        local = {v: i for i, v in enumerate(comp)}
+        sigs: dict[tuple, int] = {}
+        types, preds = [], []
+        for v in comp:
+            s = _inner_sig(nodes[v])
+            types.append(sigs.setdefault(s, len(sigs) + 1))
+            preds.append(tuple(local[a] for a in nodes[v].args if a in local))
+        keys = ["unbatchable"] + [f"{s[0]}{list(s[3])}#{t}" for s, t in sorted(sigs.items(), key=lambda x: x[1])]
+        view = GraphView(types, preds, keys, names=[nodes[v].label for v in comp])
+        sched = exact_optimum(view, max_states) if view.n <= 62 else None
+        self.exact = sched is not None
+        if sched is None:
+            sched = TypewiseLB().schedule(view)
+        self.lower_bound = view.lower_bound()
+        batches = [[comp[i] for i in b] for b in sched]
+        # shape classes
+        cls = {n.idx: n.shape for n in nodes}
+        self.class_shapes = sorted(set(cls.values()))
+        cid = {s: i for i, s in enumerate(self.class_shapes)}
+        specs = []
+        for b in batches:
+            nargs = len(nodes[b[0]].args)
+            w = [math.prod(nodes[nodes[b[0]].args[j]].shape) * F32 for j in range(nargs)]
+            specs.append(BatchSpec(list(b), [[nodes[v].args[j] for v in b] for j in range(nargs)], w))
+        if layout == "pq":
+            lay = pq_layout(cls, specs)
+        else:
+            lay = dynet_layout(cls, inputs, specs)
+        self.layout = lay
+        self.sizes = [0] * len(self.class_shapes)
+        for v, p in lay.pos.items():
+            c = cid[cls[v]]
+            self.sizes[c] = max(self.sizes[c], p + 1)
+        in_index = {v: nodes[v].attrs[0][1] for v in inputs}
+        # which inputs must be staged into the arena (they appear in a multi-item argument set)
+        staged = set()
+        steps = []
+        groups = []
+        for b, order in zip(specs, lay.order):
+            idx = {o: i for i, o in enumerate(b.outs)}
+            # cost guard: batching k-instance ops whose argument set is several distinct *large* block inputs
+            # would copy them all into the arena (e.g. MV-RNN's H×H matrices) to save one kernel launch; run
+            # such batches op by op on the inputs in place instead
+            big = any(len(set(a)) > 1 and any(x in in_index for x in a)
+                      and math.prod(cls[a[0]]) * F32 > STAGE_LIMIT_BYTES for a in b.args)
+            groups.extend([(b, idx, [o]) for o in order] if big and len(order) > 1 else [(b, idx, order)])
+        for b, idx, order in groups:
+            rep = nodes[order[0]]
+            m = len(order)
+            args = []
+            for j in range(len(b.args)):
+                a = [b.args[j][idx[o]] for o in order]
+                c = cid[cls[a[0]]]
+                numel = math.prod(cls[a[0]])
+                if len(set(a)) == 1:
+                    if a[0] in in_index:
+                        args.append(("ext", in_index[a[0]], m, 0))
+                    else:
+                        args.append(("bcast", c, lay.pos[a[0]], m, 0))
+                    continue
+                for x in a:
+                    if x in in_index:
+                        staged.add(x)
+                ps = [lay.pos[x] for x in a]
+                if ps == list(range(ps[0], ps[0] + m)):
+                    args.append(("view", c, ps[0], m, 0))
+                else:
+                    args.append(("gather", c, torch.tensor(ps), m, m * numel * F32))
+            oc = cid[rep.shape]
+            ps = [lay.pos[o] for o in order]
+            if ps == list(range(ps[0], ps[0] + m)):
+                out = ("view", oc, ps[0], m, 0)
+            else:
+                out = ("scatter", oc, torch.tensor(ps), m, m * math.prod(rep.shape) * F32)
+            W = None
+            if rep.kind == "linear":
+                ws = [nodes[o].params[0].tensor for o in order]
+                if len(rep.shape) == 1:
+                    W = torch.stack([w.t() for w in ws]).contiguous()  # (m, in, out), stacked once
+                else:
+                    W = torch.stack(ws).unsqueeze(1).contiguous()  # (m, 1, out, in)
+                bias = None
+                if len(rep.params) > 1:
+                    bias = torch.stack([nodes[o].params[1].tensor for o in order]).unsqueeze(1).contiguous()
+                W = (W, bias)
+            steps.append((rep.kind, dict(rep.attrs), args, out, W, rep.shape))
+        self.steps = steps
+        self.batches = [list(o) for _, _, o in groups]
+        self.stage = [(in_index[v], cid[cls[v]], lay.pos[v], math.prod(cls[v]) * F32) for v in sorted(staged)]
+        self.outputs = [(cid[cls[o]], lay.pos[o]) for o in T.outputs]
+        self.n_internal = len(comp)
+
+    def run(self, inputs: list, stats: ExecStats) -> list:
+        import torch
+
+        k = inputs[0].shape[0]
+        ar = [torch.empty((s, k) + shp) for s, shp in zip(self.sizes, self.class_shapes)]
+        for i, c, p, nb in self.stage:
+            ar[c][p].copy_(inputs[i])
+            stats.staged_bytes += nb * k
+        for kind, attrs, args, out, W, shape in self.steps:
+            xs = []
+            for a in args:
+                t = a[0]
+                if t == "view":
+                    xs.append(ar[a[1]][a[2]:a[2] + a[3]])
+                elif t == "ext":
+                    x = inputs[a[1]].unsqueeze(0)
+                    xs.append(x.expand((a[2],) + tuple(x.shape[1:])) if a[2] > 1 else x)
+                elif t == "bcast":
+                    x = ar[a[1]][a[2]].unsqueeze(0)
+                    xs.append(x.expand((a[3],) + tuple(x.shape[1:])) if a[3] > 1 else x)
+                else:
+                    xs.append(ar[a[1]].index_select(0, a[2]))
+                    stats.block_gathers += 1
+                    stats.block_gather_bytes += a[4] * k
+            m = out[3]
+            if out[0] == "view":
+                o = ar[out[1]][out[2]:out[2] + m]
+            else:
+                o = torch.empty((m, k) + shape)
+            _block_kernel(kind, attrs, xs, W, o)
+            stats.kernels += 1
+            if out[0] == "scatter":
+                ar[out[1]].index_copy_(0, out[2], o)
+                stats.block_gathers += 1
+                stats.block_gather_bytes += out[4] * k
+        return [ar[c][p] for c, p in self.outputs]
+
+
+def _block_kernel(kind: str, attrs: dict, xs: list, W: Any, o: Any) -> None:
+    import torch
+
+    if kind == "linear":
+        w, b = W
+        x = xs[0]
+        if x.dim() == 3:  # vectors: (m, k, in) @ (m, in, out)
+            if b is not None:
+                torch.baddbmm(b, x, w, out=o)
+            else:
+                torch.bmm(x, w, out=o)
+        else:  # matrices: (m, 1, out, in) @ (m, k, in, n)
+            torch.matmul(w, x, out=o)
+    elif kind == "add":
+        torch.add(xs[0], xs[1], out=o)
+    elif kind == "sub":
+        torch.sub(xs[0], xs[1], out=o)
+    elif kind == "mul":
+        torch.mul(xs[0], xs[1], out=o)
+    elif kind == "scale":
+        torch.mul(xs[0], attrs["s"], out=o)
+    elif kind == "tanh":
+        torch.tanh(xs[0], out=o)
+    elif kind == "sigmoid":
+        torch.sigmoid(xs[0], out=o)
+    elif kind == "relu":
+        torch.clamp_min(xs[0], 0.0, out=o)
+    elif kind == "concat":
+        torch.cat(xs, dim=2, out=o)
+    elif kind == "matmul":
+        if xs[1].dim() == o.dim() and xs[1].dim() == xs[0].dim():
+            torch.matmul(xs[0], xs[1], out=o)
+        else:
+            torch.matmul(xs[0], xs[1].unsqueeze(-1), out=o.unsqueeze(-1))
+    elif kind == "log_softmax":
+        o.copy_(torch.log_softmax(xs[0], dim=-1))
+    else:
+        raise BatcherError(f"no block kernel for op kind {kind!r}")
+
+
+class ExecPlan:
+    """Argument resolution of every batch of a scheduled dynamic graph (depends only on the graph's structure,
+    so it is cached per structure key together with the schedule)."""
+
+    def __init__(self, g: DynGraph, batches: list[list[int]], reorder: bool = False):
+        n = g.n
+        lb = [0] * n
+        lr = [0] * n
+        if reorder:
+            # order-preserving at the dynamic level (greedy): the order inside a batch is free, so sort each
+            # batch by where its heaviest argument lives; runs from one earlier batch then come out contiguous
+            # and in order (views) and other argument sets need fewer pieces
+            args, shapes = g.args, g.shapes
+            out = []
+            for bi, b in enumerate(batches):
+                a0 = args[b[0]]
+                if len(b) > 1 and a0:
+                    j = max(range(len(a0)), key=lambda j: math.prod(shapes[a0[j][0]][a0[j][1]]))
+                    b = sorted(b, key=lambda v: (lb[args[v][j][0]], args[v][j][1], lr[args[v][j][0]]))
+                out.append(b)
+                for r, v in enumerate(b):
+                    lb[v] = bi
+                    lr[v] = r
+            batches = out
+        else:
+            for bi, b in enumerate(batches):
+                for r, v in enumerate(b):
+                    lb[v] = bi
+                    lr[v] = r
+        self.loc_b, self.loc_r = lb, lr
+        self.batches = batches
+        steps = []
+        args, shapes = g.args, g.shapes
+        for b in batches:
+            v0 = b[0]
+            specs = []
+            k = len(b)
+            for j in range(len(args[v0])):
+                srcs = [args[v][j] for v in b]
+                s0 = srcs[0]
+                u0, so = s0
+                sb, r0 = lb[u0], lr[u0]
+                if k == 1:
+                    specs.append(("view", sb, so, r0, r0 + 1))
+                    continue
+                if srcs.count(s0) == k:
+                    specs.append(("bcast", sb, so, r0, k))
+                    continue
+                runs = []  # [batch, out, r_start, r_end]
+                cur = [sb, so, r0, r0 + 1]
+                for u, o in srcs[1:]:
+                    bb, rr = lb[u], lr[u]
+                    if bb == cur[0] and o == cur[1] and rr == cur[3]:
+                        cur[3] = rr + 1
+                    else:
+                        runs.append(cur)
+                        cur = [bb, o, rr, rr + 1]
+                runs.append(cur)
+                if len(runs) == 1:
+                    specs.append(("view", sb, so, r0, cur[3]))
+                else:
+                    nb = math.prod(shapes[u0][so]) * F32
+                    specs.append(("gather", [tuple(r) for r in runs], k * nb))
+            steps.append(specs)
+        self.steps = steps
+
+
+def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stats: ExecStats) -> list:
+    """Run every batch; returns the per-batch output tensors (list of lists of (k, *shape) tensors)."""
+    import torch
+    import torch.nn.functional as F
+
+    store: list = [None] * len(plan.batches)
+    kinds, params, data, attrs = g.kind, g.params, g.data, g.attrs
+    for bi, (b, specs) in enumerate(zip(plan.batches, plan.steps)):
+        v0 = b[0]
+        xs = []
+        for s in specs:
+            if s[0] == "view":
+                xs.append(store[s[1]][s[2]][s[3]:s[4]])
+            elif s[0] == "bcast":
+                x = store[s[1]][s[2]][s[3]:s[3] + 1]
+                xs.append(x.expand((s[4],) + tuple(x.shape[1:])))
+            else:
+                xs.append(torch.cat([store[r[0]][r[1]][r[2]:r[3]] for r in s[1]]))
+                stats.gathers += 1
+                stats.gather_bytes += s[2]
+        kind = kinds[v0]
+        if kind == "block":
+            outs = block_plans[data[v0].name].run(xs, stats)
+            store[bi] = outs
+            continue
+        stats.kernels += 1
+        if kind == "lookup":
+            y = params[v0][0].tensor.index_select(0, torch.tensor([data[v] for v in b]))
+        elif kind == "constant":
+            y = torch.stack([data[v] for v in b])
+        elif kind == "linear":
+            p = params[v0]
+            if xs[0].dim() == 2:
+                y = F.linear(xs[0], p[0].tensor, p[1].tensor if len(p) > 1 else None)
+            else:
+                y = torch.matmul(p[0].tensor, xs[0])
+        elif kind == "matmul":
+            y = torch.bmm(xs[0], xs[1]) if xs[1].dim() == 3 else torch.bmm(xs[0], xs[1].unsqueeze(-1)).squeeze(-1)
+        elif kind == "add":
+            y = xs[0] + xs[1]
+        elif kind == "sub":
+            y = xs[0] - xs[1]
+        elif kind == "mul":
+            y = xs[0] * xs[1]
+        elif kind == "scale":
+            y = xs[0] * attrs[v0][0][1]
+        elif kind == "tanh":
+            y = torch.tanh(xs[0])
+        elif kind == "sigmoid":
+            y = torch.sigmoid(xs[0])
+        elif kind == "relu":
+            y = torch.relu(xs[0])
+        elif kind == "log_softmax":
+            y = F.log_softmax(xs[0], dim=-1)
+        elif kind == "concat":
+            y = torch.cat(xs, dim=1)
+        elif kind == "custom":
+            t = data[v0](*[x[0] for x in xs])
+            if tuple(t.shape) != tuple(g.shapes[v0][0]):
+                raise ShapeMismatchError(g.label(v0), f"custom op returned shape {list(t.shape)}, declared "
+                                                      f"{list(g.shapes[v0][0])}")
+            y = t.unsqueeze(0)
+        else:
+            raise BatcherError(f"node {g.label(v0)}: no batched kernel for op kind {kind!r}")
+        store[bi] = [y]
+    return store
+
+
+__all__ = ["ExecStats", "BlockPlan", "ExecPlan", "execute"]
+_ = GraphView

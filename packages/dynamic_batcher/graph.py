@@ -1,0 +1,276 @@
+"""The merged dynamic graph of a minibatch and the analyses the policies share.
+
+Nodes are stored column-wise (plain lists) because a minibatch has thousands of them and per-node objects
+would dominate the construction time. Type 0 is "unbatchable"; types 1.. are interned batching signatures.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .errors import BatcherError, CycleError
+from .ir import UNBATCHABLE_KINDS
+
+
+class DynGraph:
+    """A DAG of typed nodes. Node i: kind, args [(src node, output index)], params, attrs, output shapes, data."""
+
+    def __init__(self):
+        self.kind: list[str] = []
+        self.args: list[tuple] = []
+        self.params: list[tuple] = []
+        self.attrs: list[tuple] = []
+        self.shapes: list[tuple] = []
+        self.data: list[Any] = []
+        self.type: list[int] = []
+        self.labels: list[str] = []
+        self.sig_to_type: dict[tuple, int] = {}
+        self.type_sig: list[tuple | None] = [None]  # type 0: unbatchable
+        self.preds: list[tuple] = []  # distinct argument nodes
+        self._h = 0  # rolling hash of the structure (types + argument references), updated per node
+        self.succ: list[list[int]] = []
+        self.results: Any = None  # set by the executor after a flush
+        self._frozen: "GraphView | None" = None
+
+    @property
+    def n(self) -> int:
+        return len(self.kind)
+
+    def add(self, kind: str, args: tuple, params: tuple, attrs: tuple, shapes: tuple, data: Any = None,
+            label: str = "") -> int:
+        i = len(self.kind)
+        if kind in UNBATCHABLE_KINDS:
+            t = 0
+        else:
+            # signature = op kind + argument shapes + parameter identities + attrs (+ output shapes)
+            sh = self.shapes
+            sig = (kind, params, tuple([sh[a][o] for a, o in args]), attrs, shapes)
+            t = self.sig_to_type.get(sig)
+            if t is None:
+                t = len(self.type_sig)
+                self.sig_to_type[sig] = t
+                self.type_sig.append(sig)
+        self.kind.append(kind)
+        self.args.append(args)
+        self.params.append(params)
+        self.attrs.append(attrs)
+        self.shapes.append(shapes)
+        self.data.append(data)
+        self.type.append(t)
+        self._h = hash((self._h, t, args))
+        self.labels.append(label)
+        ps = tuple(dict.fromkeys(a for a, _ in args)) if len(args) > 1 else tuple(a for a, _ in args)
+        self.preds.append(ps)
+        self.succ.append([])
+        for p in ps:
+            self.succ[p].append(i)
+        self._frozen = None
+        return i
+
+    def label(self, i: int) -> str:
+        from .ir import _label
+
+        extra = f"<{self.data[i].name}>" if self.kind[i] == "block" else ""
+        return self.labels[i] or _label(self.kind[i], i, self.params[i], extra)
+
+    def type_key(self, t: int) -> str:
+        """A stable text key of a type (the same signature in another minibatch gets the same key)."""
+        if t == 0:
+            return "unbatchable"
+        kind, params, ashapes, attrs, shapes = self.type_sig[t]
+        params = [p.name for p in params]
+        a = ",".join(f"{k}={v}" for k, v in attrs if k != "fn")
+        return f"{kind}[{'|'.join(params)}]{list(ashapes)}{('{' + a + '}') if a else ''}->{list(shapes)}"
+
+    def view(self) -> "GraphView":
+        if self._frozen is None:
+            # node ids of a recorded graph are a topological order (arguments exist before their users)
+            self._frozen = GraphView(self.type, self.preds, [self.type_key(t) for t in range(len(self.type_sig))],
+                                     names=None, labels=self, succ=self.succ, topo=range(self.n))
+        return self._frozen
+
+    def structure_key(self) -> tuple:
+        """Hashable key of the graph's shape (types and edges, not data), O(1): a rolling hash kept while
+        recording. Use :meth:`same_structure` to confirm a cache hit (hash collisions)."""
+        return (self.n, self._h, len(self.type_sig))
+
+    def same_structure(self, other: Any) -> bool:
+        """Exact check (list comparisons run in C) that two graphs have the same types and edges."""
+        return (self.n == other.n and self.type == other.type and self.args == other.args
+                and self.type_sig == other.type_sig)
+
+
+class GraphView:
+    """Adjacency and analyses of a typed DAG (types[i], preds[i]); validates acyclicity on construction."""
+
+    def __init__(self, types: list[int], preds: list[tuple], type_keys: list[str], names: list[str] | None = None,
+                 labels: Any = None, succ: list[list[int]] | None = None, topo: Any = None):
+        self.n = len(types)
+        self.types = types
+        self.type_keys = type_keys
+        self.ntypes = len(type_keys)
+        self._names = names
+        self._labels = labels
+        if succ is not None:  # trusted: deduplicated preds, matching succ, known topological order
+            self.preds = preds
+            self.succ = succ
+        else:
+            self.preds = [tuple(dict.fromkeys(p)) for p in preds]  # dedupe, keep order
+            self.succ = [[] for _ in range(self.n)]
+            for v, ps in enumerate(self.preds):
+                for p in ps:
+                    if not 0 <= p < self.n:
+                        raise BatcherError(f"node {self.name(v)}: argument refers to unknown node {p}")
+                    self.succ[p].append(v)
+        self.indeg = [len(p) for p in self.preds]
+        self.topo = topo if topo is not None else self._toposort()
+        self._depth = None
+        self._lb = None
+        self._gt = None
+
+    def name(self, v: int) -> str:
+        if self._names is not None:
+            return self._names[v]
+        if self._labels is not None:
+            return self._labels.label(v)
+        return f"node{v}"
+
+    def _toposort(self) -> list[int]:
+        indeg = list(self.indeg)
+        order = [v for v in range(self.n) if indeg[v] == 0]
+        i = 0
+        while i < len(order):
+            for s in self.succ[order[i]]:
+                indeg[s] -= 1
+                if indeg[s] == 0:
+                    order.append(s)
+            i += 1
+        if len(order) != self.n:
+            left = {v for v in range(self.n) if indeg[v] > 0}
+            # walk predecessors inside the leftover set until a node repeats: that is a cycle
+            v = min(left)
+            seen: dict[int, int] = {}
+            path: list[int] = []
+            while v not in seen:
+                seen[v] = len(path)
+                path.append(v)
+                v = next(p for p in self.preds[v] if p in left)
+            cyc = path[seen[v]:][::-1]
+            raise CycleError(self.name(v), [self.name(c) for c in cyc])
+        return order
+
+    # --- depth (longest path from a source; sources have depth 0) --------------------------------------------
+    @property
+    def depth(self) -> list[int]:
+        if self._depth is None:
+            d = [0] * self.n
+            preds = self.preds
+            for v in self.topo:
+                ps = preds[v]
+                if ps:
+                    m = 0
+                    for p in ps:
+                        if d[p] > m:
+                            m = d[p]
+                    d[v] = m + 1
+            self._depth = d
+        return self._depth
+
+    # --- lower bound ------------------------------------------------------------------------------------------
+    def lower_bound(self) -> int:
+        """#unbatchable nodes + Σ_t max number of type-t nodes on any path."""
+        if self._lb is None:
+            self._lb = self.lower_bound_of(range(self.n))
+        return self._lb
+
+    def lower_bound_of(self, nodes: Iterable[int]) -> int:
+        """Lower bound of the subgraph induced by ``nodes`` (used by the exact search on remaining nodes)."""
+        keep = set(nodes)
+        unb = sum(1 for v in keep if self.types[v] == 0)
+        tset = sorted({self.types[v] for v in keep if self.types[v] != 0})
+        if not tset:
+            return unb
+        col = {t: j for j, t in enumerate(tset)}
+        cnt = np.zeros((self.n, len(tset)), dtype=np.int32)
+        for v in self.topo:
+            if v not in keep:
+                continue
+            ps = [p for p in self.preds[v] if p in keep]
+            if ps:
+                row = cnt[ps].max(axis=0) if len(ps) > 1 else cnt[ps[0]].copy()
+            else:
+                row = np.zeros(len(tset), dtype=np.int32)
+            t = self.types[v]
+            if t:
+                row[col[t]] += 1
+            cnt[v] = row
+        return unb + int(cnt.max(axis=0).sum())
+
+    # --- reduced per-type graphs G_t ---------------------------------------------------------------------------
+    def typewise_preds(self) -> list[list[int]]:
+        """For each node v of type t: its predecessors in G_t (nearest type-t ancestors through other types).
+
+        Forward search from each type-t node through other types, pruned to nodes from which a type-t node is
+        reachable at all (a bitmask of the types below each node), so sources such as lookups cost nothing."""
+        if self._gt is None:
+            types, succ = self.types, self.succ
+            below = [0] * self.n  # bit t set: a type-t node is reachable strictly below
+            for v in reversed(self.topo):
+                m = 0
+                for s in succ[v]:
+                    m |= below[s] | (1 << types[s])
+                below[v] = m
+            gpred: list[list[int]] = [[] for _ in range(self.n)]
+            for u in self.topo:
+                t = types[u]
+                if not t:
+                    continue
+                bit = 1 << t
+                if not below[u] & bit:
+                    continue
+                stack = list(succ[u])
+                seen = set()
+                while stack:
+                    w = stack.pop()
+                    if w in seen:
+                        continue
+                    seen.add(w)
+                    if types[w] == t:
+                        gpred[w].append(u)
+                    elif below[w] & bit:
+                        stack.extend(succ[w])
+            self._gt = gpred
+        return self._gt
+
+
+def graph_from_spec(spec: Mapping[str, Mapping[str, Any]]) -> GraphView:
+    """A typed DAG from a user description ``{name: {"type": str, "args": [names]}}`` (type "" = unbatchable).
+
+    Raises :class:`CycleError` naming a node on a cycle, :class:`BatcherError` for an unknown argument.
+    """
+    names = list(spec)
+    idx = {n: i for i, n in enumerate(names)}
+    keys = ["unbatchable"]
+    tid: dict[str, int] = {}
+    types, preds = [], []
+    for n in names:
+        d = spec[n]
+        t = str(d.get("type", ""))
+        if t and t != "unbatchable":
+            if t not in tid:
+                tid[t] = len(keys)
+                keys.append(t)
+            types.append(tid[t])
+        else:
+            types.append(0)
+        ps = []
+        for a in d.get("args", ()):
+            if a not in idx:
+                raise BatcherError(f"node {n!r}: argument {a!r} is not a node of the graph")
+            ps.append(idx[a])
+        preds.append(tuple(ps))
+    return GraphView(types, preds, keys, names=names)
+
+
+__all__ = ["DynGraph", "GraphView", "graph_from_spec"]

@@ -1,0 +1,380 @@
+"""Batching policies behind one interface: ``policy.schedule(graph_view) -> list of batches`` (node id lists).
+
+Every policy except depth-based runs on the same frontier simulator (:class:`Sim`): ready unbatchable nodes run
+first, one at a time; then the policy picks a type and the batch is every ready node of that type (taking all
+ready nodes of the chosen type never hurts: they are ready and running them earlier only frees more nodes).
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Callable
+
+from .errors import BatcherError
+from .graph import GraphView
+
+
+class Sim:
+    """Frontier state of a partial execution. ``typewise=True`` also maintains, per type t, the number of
+    unexecuted type-t nodes with no unexecuted type-t ancestor (in-degree 0 in the reduced graph G_t)."""
+
+    __slots__ = ("g", "indeg", "frontier", "ready", "unb", "executed", "typewise", "gindeg", "gsucc", "twcnt",
+                 "done")
+
+    def __init__(self, g: GraphView, typewise: bool = False):
+        self.g = g
+        self.indeg = list(g.indeg)
+        self.frontier: list[list[int]] = [[] for _ in range(g.ntypes)]
+        self.ready: set[int] = set()  # batchable types with a non-empty frontier
+        self.unb: list[int] = []
+        self.executed = 0
+        self.typewise = False
+        self.done = bytearray(g.n)
+        if typewise:
+            self.enable_typewise()
+        for v, d in enumerate(self.indeg):
+            if not d:
+                self._push(v)
+
+    def enable_typewise(self) -> None:
+        """Start maintaining the type-wise frontier counts (from the current state; lazy for inference)."""
+        if self.typewise:
+            return
+        g = self.g
+        self.typewise = True
+        if True:
+            gs = getattr(g, "_gsucc", None)
+            gp = g.typewise_preds()
+            if gs is None:
+                gs = [[] for _ in range(g.n)]
+                for v, ps in enumerate(gp):
+                    for p in ps:
+                        gs[p].append(v)
+                g._gsucc = gs
+            self.gsucc = gs
+            done = self.done
+            if self.executed:
+                self.gindeg = [sum(1 for p in ps if not done[p]) for ps in gp]
+            else:
+                self.gindeg = [len(p) for p in gp]
+            self.twcnt = [0] * g.ntypes
+            tw = self.twcnt
+            for v, (t, d) in enumerate(zip(g.types, self.gindeg)):
+                if t and not d and not done[v]:
+                    tw[t] += 1
+
+    def _push(self, v: int) -> None:
+        t = self.g.types[v]
+        if t == 0:
+            self.unb.append(v)
+        else:
+            self.frontier[t].append(v)
+            self.ready.add(t)
+
+    def _done(self, nodes: list[int]) -> None:
+        # hot loop: everything local, no method calls per node
+        indeg, succ, types, fr, ready, unb = self.indeg, self.g.succ, self.g.types, self.frontier, self.ready, self.unb
+        done = self.done
+        for v in nodes:
+            done[v] = 1
+            for s in succ[v]:
+                d = indeg[s] - 1
+                indeg[s] = d
+                if not d:
+                    t = types[s]
+                    if t:
+                        fr[t].append(s)
+                        ready.add(t)
+                    else:
+                        unb.append(s)
+        self.executed += len(nodes)
+        if self.typewise:
+            gindeg, gsucc, tw = self.gindeg, self.gsucc, self.twcnt
+            for v in nodes:
+                t = types[v]
+                if t:
+                    tw[t] -= 1
+                    for s in gsucc[v]:
+                        d = gindeg[s] - 1
+                        gindeg[s] = d
+                        if not d:
+                            tw[t] += 1
+
+    def drain_unbatchable(self) -> list[list[int]]:
+        """Run every ready unbatchable node (and those they free), one per batch."""
+        out = []
+        while self.unb:
+            v = self.unb.pop(0)
+            out.append([v])
+            self._done([v])
+        return out
+
+    def step(self, t: int) -> list[int]:
+        """Run the batch of every ready node of type t."""
+        nodes = self.frontier[t]
+        if not nodes:
+            raise BatcherError(f"policy chose type {self.g.type_keys[t]} with an empty frontier")
+        self.frontier[t] = []
+        self.ready.discard(t)
+        self._done(nodes)
+        return nodes
+
+    @property
+    def finished(self) -> bool:
+        return self.executed == self.g.n
+
+    def ratio(self, t: int) -> float:
+        """|frontier_t| / typewise_frontier_cnt[t]: 1 when the batch takes every type-t node batchable now."""
+        return len(self.frontier[t]) / max(1, self.twcnt[t])
+
+
+class Policy:
+    """Base class. Subclasses implement :meth:`choose` (frontier policies) or override :meth:`schedule`."""
+
+    name = "policy"
+    typewise = False
+
+    def prepare(self, g: GraphView) -> None:
+        """Per-graph precomputation (e.g. mean depths)."""
+
+    def choose(self, sim: Sim, ready: list[int]) -> int:
+        raise NotImplementedError
+
+    def after_step(self, sim: Sim, t: int, batch: list[int]) -> None:
+        pass
+
+    def schedule(self, g: GraphView) -> list[list[int]]:
+        self.prepare(g)
+        sim = Sim(g, typewise=self.typewise)
+        out: list[list[int]] = []
+        while True:
+            out.extend(sim.drain_unbatchable())
+            if not sim.ready:
+                break
+            ready = sorted(sim.ready)
+            t = ready[0] if len(ready) == 1 else self.choose(sim, ready)
+            b = sim.step(t)
+            self.after_step(sim, t, b)
+            out.append(b)
+        if not sim.finished:  # cannot happen on a DAG; guards a corrupted graph view
+            raise BatcherError(f"{self.name}: schedule stopped with {g.n - sim.executed} nodes left")
+        return out
+
+
+class NoBatching(Policy):
+    """Every node alone, in topological order."""
+
+    name = "no_batching"
+
+    def schedule(self, g: GraphView) -> list[list[int]]:
+        return [[v] for v in g.topo]
+
+
+class DepthBased(Policy):
+    """DyNet depth-based: group by (depth, signature), run in order of increasing depth."""
+
+    name = "dynet_depth"
+
+    def schedule(self, g: GraphView) -> list[list[int]]:
+        depth, types = g.depth, g.types
+        groups: dict[tuple[int, int], list[int]] = {}
+        out_unb: dict[int, list[list[int]]] = {}
+        for v in range(g.n):
+            if types[v] == 0:
+                out_unb.setdefault(depth[v], []).append([v])
+            else:
+                groups.setdefault((depth[v], types[v]), []).append(v)
+        out: list[list[int]] = []
+        for d in sorted(set(depth)):
+            out.extend(out_unb.get(d, ()))
+            out.extend(groups[k] for k in sorted(k for k in groups if k[0] == d))
+        return out
+
+
+_MATMUL_LIKE = ("linear", "matmul", "block")
+
+
+def _mean_depths(g: GraphView) -> list[float]:
+    s = [0.0] * g.ntypes
+    c = [0] * g.ntypes
+    for t, d in zip(g.types, g.depth):
+        s[t] += d
+        c[t] += 1
+    return [s[t] / c[t] if c[t] else 0.0 for t in range(g.ntypes)]
+
+
+class Agenda(Policy):
+    """DyNet agenda-based: the ready signature with the lowest mean depth; ties defer matmul-like ops."""
+
+    name = "dynet_agenda"
+
+    def prepare(self, g: GraphView) -> None:
+        md = _mean_depths(g)
+        self._key = [(md[t], any(g.type_keys[t].startswith(k) for k in _MATMUL_LIKE), t) for t in range(g.ntypes)]
+
+    def choose(self, sim: Sim, ready: list[int]) -> int:
+        return min(ready, key=self._key.__getitem__)
+
+
+class AgendaDepth(Agenda):
+    """Agenda with the depth constraint: a signature is eligible only when none of its unexecuted nodes lies at
+    a lower depth than its ready ones."""
+
+    name = "dynet_agenda_depth"
+
+    def prepare(self, g: GraphView) -> None:
+        super().prepare(g)
+        self._depth = g.depth
+        rem: list[dict[int, int]] = [dict() for _ in range(g.ntypes)]
+        for v, d in enumerate(g.depth):
+            r = rem[g.types[v]]
+            r[d] = r.get(d, 0) + 1
+        self._rem = rem
+        self._heaps = [sorted(r) for r in rem]
+
+    def _min_rem(self, t: int) -> int:
+        h, r = self._heaps[t], self._rem[t]
+        while h and not r.get(h[0]):
+            heapq.heappop(h)
+        return h[0] if h else 1 << 30
+
+    def choose(self, sim: Sim, ready: list[int]) -> int:
+        dep = self._depth
+        ok = [t for t in ready if min(dep[v] for v in sim.frontier[t]) <= self._min_rem(t)]
+        return min(ok or ready, key=self._key.__getitem__)
+
+    def after_step(self, sim: Sim, t: int, batch: list[int]) -> None:
+        r, dep = self._rem[t], self._depth
+        for v in batch:
+            r[dep[v]] -= 1
+
+
+class TypewiseLB(Policy):
+    """Type-wise lower-bound heuristic: prefer a type whose batch takes every type-t node that could ever be
+    batched now (ratio 1, reward 0); otherwise the largest ratio; ties: larger frontier, then type id."""
+
+    name = "typewise_lb"
+    typewise = True
+
+    def rank(self, sim: Sim, t: int) -> tuple:
+        # no depth-based tie-break: it would cost a pass over the graph per minibatch for rare ties
+        return (-sim.ratio(t), -len(sim.frontier[t]), t)
+
+    def choose(self, sim: Sim, ready: list[int]) -> int:
+        return min(ready, key=lambda t: self.rank(sim, t))
+
+
+class FixedSchedule(Policy):
+    """Replays a precomputed schedule (used by caching and by the exact search)."""
+
+    def __init__(self, batches: list[list[int]], name: str = "fixed"):
+        self.batches = batches
+        self.name = name
+
+    def schedule(self, g: GraphView) -> list[list[int]]:
+        return [list(b) for b in self.batches]
+
+
+def exact_optimum(g: GraphView, max_states: int = 200_000) -> list[list[int]] | None:
+    """Minimum-batch schedule by A* over executed-node sets (h = lower bound of the remaining subgraph).
+
+    Returns None when the search exceeds ``max_states`` (only meant for small graphs)."""
+    n = g.n
+    if n > 62:
+        return None
+    pm = [0] * n
+    for v, ps in enumerate(g.preds):
+        for p in ps:
+            pm[v] |= 1 << p
+    full = (1 << n) - 1
+    types = g.types
+    hcache: dict[int, int] = {}
+
+    def h(state: int) -> int:
+        if state not in hcache:
+            hcache[state] = g.lower_bound_of([v for v in range(n) if not state >> v & 1])
+        return hcache[state]
+
+    best_g = {0: 0}
+    parent: dict[int, tuple[int, list[int]]] = {}
+    heap = [(h(0), 0, 0)]
+    expanded = 0
+    while heap:
+        f, gcost, st = heapq.heappop(heap)
+        if st == full:
+            out = []
+            while st:
+                st, b = parent[st]
+                out.append(b)
+            return out[::-1]
+        if gcost > best_g.get(st, 1 << 30):
+            continue
+        expanded += 1
+        if expanded > max_states:
+            return None
+        byt: dict[int, list[int]] = {}
+        for v in range(n):
+            if not st >> v & 1 and pm[v] & ~st == 0:
+                byt.setdefault(types[v], []).append(v)
+        moves = [[v] for v in byt.pop(0, [])] + list(byt.values())
+        for b in moves:
+            ns = st
+            for v in b:
+                ns |= 1 << v
+            ng = gcost + 1
+            if ng < best_g.get(ns, 1 << 30):
+                best_g[ns] = ng
+                parent[ns] = (st, b)
+                heapq.heappush(heap, (ng + h(ns), ng, ns))
+    return None
+
+
+class ExactSearch(Policy):
+    """Optimal number of batches by search; raises for graphs too large to search."""
+
+    name = "exact"
+
+    def __init__(self, max_states: int = 200_000):
+        self.max_states = max_states
+
+    def schedule(self, g: GraphView) -> list[list[int]]:
+        s = exact_optimum(g, self.max_states)
+        if s is None:
+            raise BatcherError(f"exact search: graph of {g.n} nodes is too large (state limit {self.max_states})")
+        return s
+
+
+POLICIES: dict[str, Callable[[], Policy]] = {
+    "no_batching": NoBatching, "dynet_depth": DepthBased, "dynet_agenda": Agenda,
+    "dynet_agenda_depth": AgendaDepth, "typewise_lb": TypewiseLB, "exact": ExactSearch,
+}
+DYNET_BASELINES = ("dynet_depth", "dynet_agenda", "dynet_agenda_depth")
+
+
+def make_policy(name: str) -> Policy:
+    if name not in POLICIES:
+        raise BatcherError(f"policy: unknown policy {name!r}; expected one of {sorted(POLICIES)} or an FSMPolicy")
+    return POLICIES[name]()
+
+
+def check_schedule(g: GraphView, batches: list[list[int]]) -> None:
+    """Validate a schedule: every node once, dependencies respected, one type per batch."""
+    done = [False] * g.n
+    for i, b in enumerate(batches):
+        ts = {g.types[v] for v in b}
+        if len(ts) != 1 or (0 in ts and len(b) != 1):
+            raise BatcherError(f"schedule batch {i}: mixes types or batches an unbatchable node: "
+                               f"{[g.name(v) for v in b]}")
+        for v in b:
+            if done[v]:
+                raise BatcherError(f"schedule batch {i}: node {g.name(v)} scheduled twice")
+            for p in g.preds[v]:
+                if not done[p]:
+                    raise BatcherError(f"schedule batch {i}: node {g.name(v)} runs before its argument {g.name(p)}")
+        for v in b:
+            done[v] = True
+    if not all(done):
+        raise BatcherError(f"schedule misses node {g.name(done.index(False))}")
+
+
+__all__ = ["Sim", "Policy", "NoBatching", "DepthBased", "Agenda", "AgendaDepth", "TypewiseLB", "FixedSchedule",
+           "ExactSearch", "exact_optimum", "POLICIES", "DYNET_BASELINES", "make_policy", "check_schedule"]

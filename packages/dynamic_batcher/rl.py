@@ -1,0 +1,276 @@
+"""The learned FSM policy: tabular n-step Q-learning over frontier-type states (ED-Batch).
+
+State encodings (keys are stable type-signature strings, so a table trained on one minibatch applies to others):
+
+* ``set``      — the set of types with a non-empty frontier (sorted);
+* ``sorted``   — those types sorted by frontier size, largest first;
+* ``set_max``  — the set plus the type with the largest frontier.
+
+Reward of a step choosing type t: ``-1 + |frontier_t| / typewise_frontier_cnt[t]`` (0 when the batch takes every
+type-t node that could ever be batched now). Hyper-parameters follow the reference: n = 10, α = 0.4, γ = 1, Q
+initialised to 0, ε = 0.5 decaying ×0.9 per episode to 0.05, up to 1000 episodes, the greedy policy scored every
+50 episodes and the best table kept, early stop when batches < 1.01 × lower bound.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ConfigError, PolicyFileError
+from .graph import GraphView
+from .policies import Policy, Sim, TypewiseLB
+
+ENCODINGS = ("set", "sorted", "set_max")
+FORMAT = "dynamic_batcher.fsm/1"
+
+
+def encode(sim: Sim, ready: list[int], encoding: str) -> tuple:
+    keys = sim.g.type_keys
+    if encoding == "set":
+        return tuple(sorted(keys[t] for t in ready))
+    fr = sim.frontier
+    if encoding == "sorted":
+        return tuple(keys[t] for t in sorted(ready, key=lambda t: (-len(fr[t]), keys[t])))
+    if encoding == "set_max":
+        big = min(ready, key=lambda t: (-len(fr[t]), keys[t]))
+        return (tuple(sorted(keys[t] for t in ready)), keys[big])
+    raise ConfigError("fsm.encoding", f"unknown encoding {encoding!r}; expected one of {ENCODINGS}")
+
+
+@dataclass
+class QConfig:
+    """Hyper-parameters of tabular n-step Q-learning (defaults = the reference's)."""
+
+    n_step: int = 10
+    """n of n-step returns."""
+    alpha: float = 0.4
+    """Learning rate."""
+    gamma: float = 1.0
+    """Discount."""
+    eps_start: float = 0.5
+    """Initial ε of ε-greedy."""
+    eps_decay: float = 0.9
+    """ε multiplier per episode."""
+    eps_min: float = 0.05
+    """ε floor."""
+    max_episodes: int = 1000
+    """Episode budget."""
+    eval_every: int = 50
+    """Score the greedy policy (and keep the best table) every this many episodes."""
+    stop_ratio: float = 1.01
+    """Stop early when greedy batches < stop_ratio × lower bound."""
+    seed: int = 0
+    """RNG seed of exploration."""
+
+    def __post_init__(self):
+        checks = [("n_step", self.n_step >= 1), ("alpha", 0 < self.alpha <= 1), ("gamma", 0 <= self.gamma <= 1),
+                  ("eps_start", 0 <= self.eps_start <= 1), ("eps_decay", 0 < self.eps_decay <= 1),
+                  ("eps_min", 0 <= self.eps_min <= 1), ("max_episodes", self.max_episodes >= 1),
+                  ("eval_every", self.eval_every >= 1), ("stop_ratio", self.stop_ratio >= 1)]
+        for name, ok in checks:
+            if not ok:
+                raise ConfigError(f"qlearning.{name}", f"invalid value {getattr(self, name)!r}")
+
+
+@dataclass
+class TrainStats:
+    episodes: int = 0
+    seconds: float = 0.0
+    best_batches: int = 0
+    lower_bound: int = 0
+    history: list[tuple[int, int]] = field(default_factory=list)  # (episode, greedy batches)
+    states_seen: int = 0
+    fallback_batches: int = 0
+    """Batches of the empty table (pure fallback heuristic): the best table is never worse."""
+
+
+class FSMPolicy(Policy):
+    """A learned state → type table; unseen states fall back to the type-wise lower-bound heuristic (whose
+    counts are only computed once a state misses, so a well-covered graph pays for table lookups only)."""
+
+    typewise = False
+
+    def __init__(self, encoding: str = "sorted", table: dict | None = None, model_fingerprint: str = "",
+                 model_name: str = ""):
+        if encoding not in ENCODINGS:
+            raise ConfigError("fsm.encoding", f"unknown encoding {encoding!r}; expected one of {ENCODINGS}")
+        self.encoding = encoding
+        self.name = f"fsm_{encoding}"
+        self.table: dict[Any, dict[str, float]] = table or {}
+        self.model_fingerprint = model_fingerprint
+        self.model_name = model_name
+        self.fallback = TypewiseLB()
+        self.lookups = 0
+        self.misses = 0
+        self._prepared = None
+        self.stats = TrainStats()
+
+    def prepare(self, g: GraphView) -> None:
+        self._prepared = None
+
+    def _fallback_ready(self, sim: Sim) -> None:
+        if self._prepared is not sim.g:
+            self.fallback.prepare(sim.g)
+            self._prepared = sim.g
+        sim.enable_typewise()
+
+    def greedy(self, sim: Sim, ready: list[int], table: dict | None = None) -> int:
+        table = self.table if table is None else table
+        s = encode(sim, ready, self.encoding)
+        row = table.get(s)
+        self.lookups += 1
+        if row is None:
+            self.misses += 1
+            self._fallback_ready(sim)
+            return self.fallback.choose(sim, ready)
+        keys = sim.g.type_keys
+        # max Q; unseen actions count as Q = 0 (the initial value); ties broken by the heuristic's order
+        qs = [row.get(keys[t], 0.0) for t in ready]
+        best = max(qs)
+        cand = [t for t, q in zip(ready, qs) if q == best]
+        if len(cand) == 1:
+            return cand[0]
+        # ties: larger frontier first (cheap; the type-wise counts are only paid for on a miss)
+        fr = sim.frontier
+        return min(cand, key=lambda t: (-len(fr[t]), keys[t]))
+
+    def choose(self, sim: Sim, ready: list[int]) -> int:
+        return self.greedy(sim, ready)
+
+    # --- training ---------------------------------------------------------------------------------------------
+    def _rollout(self, g: GraphView, table: dict, eps: float, rng: random.Random, cfg: QConfig | None) -> int:
+        """One episode; learns into ``table`` when cfg is given (ε-greedy), else greedy scoring. Returns #batches."""
+        sim = Sim(g, typewise=True)
+        keys = g.type_keys
+        S: list[Any] = []
+        A: list[str] = []
+        R: list[float] = []
+        batches = 0
+
+        def update(tau: int, boot: float) -> None:
+            G = 0.0
+            disc = 1.0
+            for r in R[tau:tau + cfg.n_step]:
+                G += disc * r
+                disc *= cfg.gamma
+            G += disc * boot
+            row = table.setdefault(S[tau], {})
+            q = row.get(A[tau], 0.0)
+            row[A[tau]] = q + cfg.alpha * (G - q)
+
+        while True:
+            batches += len(sim.drain_unbatchable())
+            if not sim.ready:
+                break
+            ready = sorted(sim.ready)
+            s = encode(sim, ready, self.encoding)
+            if cfg is not None:
+                t_now = len(S)
+                if t_now - cfg.n_step >= 0:
+                    row = table.get(s, {})
+                    boot = max(row.get(keys[t], 0.0) for t in ready)
+                    update(t_now - cfg.n_step, boot)
+                if rng.random() < eps:
+                    t = rng.choice(ready)
+                else:
+                    t = self.greedy(sim, ready, table)
+                R.append(-1.0 + sim.ratio(t))
+                S.append(s)
+                A.append(keys[t])
+            else:
+                t = self.greedy(sim, ready, table)
+            sim.step(t)
+            batches += 1
+        if cfg is not None:
+            for tau in range(max(0, len(S) - cfg.n_step), len(S)):
+                update(tau, 0.0)
+        return batches
+
+    def train(self, g: GraphView, cfg: QConfig | None = None) -> TrainStats:
+        """Learn the table on one graph (the first minibatch)."""
+        cfg = cfg or QConfig()
+        self.prepare(g)
+        t0 = time.perf_counter()
+        rng = random.Random(cfg.seed)
+        lb = g.lower_bound()
+        table: dict = {}
+        best_table: dict = {}
+        best = self._rollout(g, best_table, 0.0, rng, None)  # empty table = pure fallback
+        st = TrainStats(lower_bound=lb, best_batches=best, history=[(0, best)])
+        eps = cfg.eps_start
+        ep = 0
+        while ep < cfg.max_episodes and (ep < cfg.eval_every or not best < cfg.stop_ratio * lb):
+            self._rollout(g, table, eps, rng, cfg)
+            ep += 1
+            eps = max(cfg.eps_min, eps * cfg.eps_decay)
+            if ep % cfg.eval_every == 0 or ep == cfg.max_episodes:
+                score = self._rollout(g, table, 0.0, rng, None)
+                st.history.append((ep, score))
+                if score <= best:  # ties: prefer the trained table over the empty one
+                    best = score
+                    best_table = {s: dict(r) for s, r in table.items()}
+        self.table = best_table
+        st.episodes = ep
+        st.best_batches = best
+        st.states_seen = len(table)
+        st.fallback_batches = st.history[0][1]
+        st.seconds = time.perf_counter() - t0
+        self.stats = st
+        self.lookups = self.misses = 0
+        return st
+
+    # --- persistence ------------------------------------------------------------------------------------------
+    def save(self, path: str) -> None:
+        from shared_ir import atomic_write_text
+
+        rows = [[_jsonable(s), r] for s, r in self.table.items()]
+        doc = {"format": FORMAT, "model": self.model_name, "fingerprint": self.model_fingerprint,
+               "encoding": self.encoding, "table": rows,
+               "train": {"episodes": self.stats.episodes, "seconds": self.stats.seconds,
+                         "best_batches": self.stats.best_batches, "lower_bound": self.stats.lower_bound}}
+        atomic_write_text(str(path), json.dumps(doc))
+
+    @classmethod
+    def load(cls, path: str, model: Any = None) -> "FSMPolicy":
+        """Load a saved table; with ``model`` given, refuse a file trained for another model."""
+        if not os.path.exists(path):
+            raise PolicyFileError(path, "no such file")
+        try:
+            with open(path) as f:
+                doc = json.load(f)
+        except (OSError, json.JSONDecodeError) as e:
+            raise PolicyFileError(path, f"unreadable ({e})") from None
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise PolicyFileError(path, f"not a dynamic_batcher FSM policy (format {doc.get('format') if isinstance(doc, dict) else None!r}, expected {FORMAT!r})")
+        if model is not None and doc.get("fingerprint") != model.fingerprint():
+            raise PolicyFileError(path, f"was trained for model {doc.get('model')!r} (fingerprint "
+                                        f"{doc.get('fingerprint')}), not for model {model.name!r} (fingerprint "
+                                        f"{model.fingerprint()})")
+        table = {_hashable(s): {str(k): float(v) for k, v in r.items()} for s, r in doc["table"]}
+        p = cls(doc["encoding"], table, doc.get("fingerprint", ""), doc.get("model", ""))
+        tr = doc.get("train", {})
+        p.stats = TrainStats(episodes=tr.get("episodes", 0), seconds=tr.get("seconds", 0.0),
+                             best_batches=tr.get("best_batches", 0), lower_bound=tr.get("lower_bound", 0))
+        return p
+
+
+def _jsonable(s: Any) -> Any:
+    return [_jsonable(x) for x in s] if isinstance(s, tuple) else s
+
+
+def _hashable(s: Any) -> Any:
+    return tuple(_hashable(x) for x in s) if isinstance(s, list) else s
+
+
+def train_fsm(g: GraphView, encoding: str = "sorted", cfg: QConfig | None = None, model: Any = None) -> FSMPolicy:
+    p = FSMPolicy(encoding, model_fingerprint=model.fingerprint() if model is not None else "",
+                  model_name=model.name if model is not None else "")
+    p.train(g, cfg)
+    return p
+
+
+__all__ = ["ENCODINGS", "encode", "QConfig", "TrainStats", "FSMPolicy", "train_fsm"]

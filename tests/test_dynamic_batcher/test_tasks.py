@@ -1,0 +1,45 @@
+"""Experiment task functions and the benchmark entry point (tiny settings)."""
+import csv
+import json
+import os
+
+import pytest
+from dynamic_batcher.config import BenchConfig, SweepConfig
+from dynamic_batcher.errors import ConfigError
+
+
+def test_config_validation_names_field():
+    with pytest.raises(ConfigError, match=r"task.workloads\[1\]"):
+        BenchConfig(workloads=["treelstm", "nope"])
+    with pytest.raises(ConfigError, match="task.batch"):
+        BenchConfig(batch=0)
+    with pytest.raises(ConfigError, match=r"task.hiddens\[0\]"):
+        SweepConfig(hiddens=[-1])
+
+
+def test_run_workloads_writes_tables_and_plots(tmp_path):
+    from dynamic_batcher.tasks import run_workloads
+
+    out = run_workloads(out_dir=str(tmp_path), workloads=["treegru"], batch=4, hidden=16, scale="tiny")
+    for f in ("throughput.csv", "batches.csv", "throughput.png", "batches_vs_lb.png", "bench.json",
+              "fsm-treegru.json"):
+        assert os.path.exists(tmp_path / f), f
+    rows = list(csv.DictReader(open(tmp_path / "batches.csv")))
+    lb = {int(r["lower_bound"]) for r in rows}
+    assert len(lb) == 1 and all(int(r["batches"]) >= lb.pop() for r in rows[:1])
+    assert {r["variant"] for r in csv.DictReader(open(tmp_path / "throughput.csv"))} >= {"fsm_pq", "dynet_depth"}
+    assert "tree" in out["speedup_vs_best_baseline"]
+
+
+def test_bench_main_writes_json(tmp_path):
+    from dynamic_batcher.bench import main
+
+    path = tmp_path / "bench.json"
+    doc = main(["--scale", "tiny", "--batch", "3", "--hidden", "8", "--workloads", "lstm_lm", "--out", str(path)])
+    d = json.loads(path.read_text())
+    w = d["workloads"][0]
+    assert w["family"] == "chain" and w["batches"]["lower_bound"] <= w["batches"]["fsm"]
+    for k in ("fsm_pq", "dynet_depth", "dynet_agenda", "dynet_agenda_depth"):
+        assert w["throughput"][k] > 0
+    assert set(w["copied_bytes"]) >= {"cells_pq", "cells_dynet"}
+    assert "chain" in d["speedup_vs_best_baseline"] and doc["scale"] == "tiny"
