@@ -1,0 +1,59 @@
+"""Structured configs of the fusion_perf Hydra tasks, validated on construction (errors name ``task.<field>``)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from shared_ir.errors import ValidationError
+
+from .search import TEMPLATES
+
+
+def _pos(obj, name: str):
+    v = getattr(obj, name)
+    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+        raise ValidationError(f"task.{name}", f"must be an integer >= 1, got {v!r}", v)
+
+
+@dataclass
+class DSEConfig:
+    """Parameters of ``fusion_perf.tasks.attention_dse`` / ``conv_chain``."""
+
+    shapes: Optional[list[str]] = None
+    """Shape names (``fusion_perf.dse.ATTENTION_SHAPES`` / ``CONV_SHAPES``); null = all."""
+    templates: list[str] = field(default_factory=lambda: list(TEMPLATES))
+    """Fusion templates to search (layerwise, flat, chimera, fused, tileflow)."""
+    iterations: int = 60
+    """MCTS iterations per template."""
+    rollouts: int = 128
+    """Random completions evaluated (in one vectorised call) per MCTS iteration."""
+    seed: int = 0
+    """Search seed."""
+    softmax: bool = True
+    """Attention only: model the softmax between the GEMMs as its own op."""
+    plots: bool = True
+    """Write PNG plots."""
+
+    def __post_init__(self):
+        _pos(self, "iterations")
+        _pos(self, "rollouts")
+        self.templates = list(self.templates)
+        for i, t in enumerate(self.templates):
+            if t not in TEMPLATES:
+                raise ValidationError(f"task.templates[{i}]", f"unknown template {t!r}; choose from {list(TEMPLATES)}", t)
+        if not self.templates:
+            raise ValidationError("task.templates", "at least one template is required")
+
+    def pick(self, table: list) -> list:
+        if self.shapes is None:
+            return list(table)
+        names = [s[0] for s in table]
+        out = []
+        for i, s in enumerate(self.shapes):
+            if s not in names:
+                raise ValidationError(f"task.shapes[{i}]", f"unknown shape {s!r}; choose from {names}", s)
+            out.append(table[names.index(s)])
+        return out
+
+
+__all__ = ["DSEConfig"]

@@ -1,0 +1,87 @@
+"""Hydra task functions (``experiments/conf/experiment/fusion_perf/*.yaml``): search every fusion template for
+each shape on the configured hardware; write ``<name>.csv``, ``<name>_best.csv``, best mappings as YAML and PNG
+plots under ``out_dir``; return a JSON-able summary."""
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from shared_ir import atomic_write_text
+
+from .arch import load_arch
+from .config import DSEConfig
+from .dse import ATTENTION_SHAPES, CONV_SHAPES, attention_problem, compare, conv_problem, geomean
+from .mapping import dump_mapping
+from .model import evaluate
+
+
+def _run(kind: str, hardware: Any, out_dir: str, cfg: DSEConfig) -> dict:
+    arch = load_arch(hardware if hardware is not None else "edge_accel")
+    os.makedirs(out_dir, exist_ok=True)
+    table = cfg.pick(ATTENTION_SHAPES if kind == "attention" else CONV_SHAPES)
+    rows, best_rows, results = [], [], []
+    for sh in table:
+        prob = attention_problem(sh, cfg.softmax) if kind == "attention" else conv_problem(sh)
+        r = compare(prob, arch, cfg.templates, cfg.iterations, cfg.rollouts, cfg.seed)
+        results.append(r)
+        for t, c in r["cycles"].items():
+            rows.append(f"{sh[0]},{t},{c},{r['energy_pj'][t]},{c / r['best_cycles'] if math.isfinite(c) else 'inf'}")
+        best_rows.append(f"{sh[0]},{r['best']},{r['best_cycles']},{r.get('speedup_vs_layerwise', float('nan'))},"
+                         f"{r.get('speedup_vs_flat', float('nan'))},{r['compute_bound_cycles']},{r['search_s']:.2f}")
+        tree = r["trees"][r["best"]]
+        safe = sh[0].replace("/", "_")
+        atomic_write_text(os.path.join(out_dir, f"best_{safe}.yaml"), dump_mapping(tree))
+        if cfg.plots and sh is table[0]:
+            evaluate(prob, arch, tree).plot(os.path.join(out_dir, f"best_{safe}.png"), f"{sh[0]}: {r['best']}")
+    name = f"{kind}_dse" if kind == "attention" else "conv_chain"
+    atomic_write_text(os.path.join(out_dir, f"{name}.csv"),
+                      "shape,template,cycles,energy_pj,cycles_over_best\n" + "\n".join(rows) + "\n")
+    atomic_write_text(os.path.join(out_dir, f"{name}_best.csv"),
+                      "shape,best_template,best_cycles,speedup_vs_layerwise,speedup_vs_flat,compute_bound_cycles,"
+                      "search_s\n" + "\n".join(best_rows) + "\n")
+    if cfg.plots:
+        _plot(results, cfg.templates, os.path.join(out_dir, f"{name}.png"), f"{name} on {arch.name}")
+    return {"arch": arch.name, "shapes": [s[0] for s in table],
+            "geomean_speedup_vs_layerwise": geomean([r.get("speedup_vs_layerwise") for r in results]),
+            "geomean_speedup_vs_flat": geomean([r.get("speedup_vs_flat") for r in results]),
+            "best": {r["problem"]: r["best"] for r in results},
+            "evaluations": sum(r["evaluations"] for r in results)}
+
+
+def _plot(results: list, templates: list, path: str, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(results)), 4))
+    w = 0.8 / len(templates)
+    for i, t in enumerate(templates):
+        vals = [r["cycles"][t] / r["best_cycles"] if math.isfinite(r["cycles"][t]) else 0 for r in results]
+        ax.bar(np.arange(len(results)) + i * w, vals, w, label=t)
+    ax.set_xticks(np.arange(len(results)) + 0.4 - w / 2)
+    ax.set_xticklabels([r["problem"] for r in results], rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel("cycles / best")
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def attention_dse(hardware: Any = None, workload: Any = None, out_dir: str = ".", **params) -> dict:
+    """Attention (QK, softmax, PV) of the Bert/ViT shapes: every template searched; best vs layerwise and FLAT."""
+    return _run("attention", hardware, out_dir, DSEConfig(**params))
+
+
+def conv_chain(hardware: Any = None, workload: Any = None, out_dir: str = ".", **params) -> dict:
+    """3x3 → 1x1 conv pairs: every template searched; best vs layerwise and FLAT-like (fused-layer rows)."""
+    params.pop("softmax", None)
+    return _run("conv", hardware, out_dir, DSEConfig(**params))
+
+
+__all__ = ["attention_dse", "conv_chain"]
