@@ -1,0 +1,1 @@
+"""Baselines, each named after the paper or code it follows (see each module)."""

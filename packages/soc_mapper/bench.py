@@ -1,0 +1,173 @@
+"""Benchmark: ``python -m soc_mapper.bench [--scale small|full]`` → ``results/bench-soc_mapper.json``.
+
+Every algorithm maps the same workload on the same SoC, under the same cost model and the same simulator, with
+the same seed and the same search time budget (searching algorithms stop at the generation/pass boundary
+where the next one would pass it; constructive heuristics run to completion). Ratios are baseline latency / COMB latency
+(geometric means over the cases) and energy reductions 1 − geomean(COMB energy / baseline energy).
+
+Scales: ``small`` (default, ≈ 7 min on 2 cores): mixes vision1, nlp1, mixed1 with one copy per model, on
+soc_small and soc_large at 0.8 and 3.2 GB/s, a 6 s budget; the exact optimum of three ≤ 15-layer instances on
+soc_small; and one timed COMB search of mixed3 (×8 copies, ~4,400 layers) on soc_large. ``full``: the six mixes
+of the reference at their own copy counts, 55 s budget, same extras.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+
+from shared_ir import atomic_write_text
+
+from .algorithms import ALGORITHMS
+from .config import GAConfig, RunConfig
+from .cost import cost_table
+from .soc import soc_from_system
+from .workload import Workload, load_mix
+
+SEARCHING = ["comb", "magma", "h2h", "magma_1stream_comb_ga"]
+CONSTRUCTIVE = ["h2h_wave_greedy", "heft", "greedy", "fcfs", "round_robin"]
+SCALES = {
+    "small": dict(mixes=["vision1", "nlp1", "mixed1"], copies=1, budget=6.0, mixed3_budget=40.0),
+    "full": dict(mixes=["vision1", "vision2", "nlp1", "mixed1", "mixed2", "mixed3"], copies=None, budget=55.0,
+                 mixed3_budget=40.0),
+}
+BANDWIDTHS = {"low": 0.8e9, "high": 3.2e9}
+# small exact instances: (mix to take layers from, {model: number of leading layers}) on soc_small
+SMALL_INSTANCES = [
+    ("mixed1", {"googlenet#0": 5, "bert_base#0": 5, "mobilenet_v2#0": 5}),
+    ("mixed1", {"yolov5s#0": 5, "lstm_lm#0": 5, "bert_base#0": 4}),
+    ("vision1", {"resnet18#0": 6, "resnet50#0": 4, "googlenet#0": 4}),
+]
+
+
+def geomean(xs: list[float]) -> float:
+    xs = [x for x in xs if x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def small_instance(w: Workload, take: dict[str, int]) -> Workload:
+    keep = []
+    for model, k in take.items():
+        idx = [v for v, l in enumerate(w.layers) if l.model == model][:k]  # a prefix: closed under producers
+        keep += idx
+    return w.subset(keep, name="+".join(f"{m}[:{k}]" for m, k in take.items()))
+
+
+def run_case(w: Workload, soc_name: str, bw: float, rc: RunConfig, algorithms: list[str]) -> dict:
+    soc = soc_from_system(soc_name, bw)
+    cost = cost_table(w, soc)
+    out = {}
+    for name in algorithms:
+        r = ALGORITHMS[name](w, soc, cost, rc)
+        out[name] = {"latency_s": r.result.latency, "energy_j": r.result.energy,
+                     "pe_occupancy": r.result.occupancy, "search_s": round(r.search_seconds, 3),
+                     "generations": r.generations}
+    return out
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--scale", choices=list(SCALES), default="small")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--budget", type=float, default=None, help="search seconds per algorithm (overrides the scale)")
+    ap.add_argument("--out", default="results/bench-soc_mapper.json")
+    ap.add_argument("--no-exact", action="store_true", help="skip the exact small instances")
+    ap.add_argument("--no-mixed3", action="store_true", help="skip the timed mixed3 search")
+    args = ap.parse_args(argv)
+    sc = SCALES[args.scale]
+    budget = args.budget or sc["budget"]
+    # serial fitness evaluation for every algorithm: the same compute for all (MAGMA's GA is serial too)
+    rc = RunConfig(time_budget_s=budget, seed=args.seed, ga=GAConfig(executor="serial"))
+    t_all = time.perf_counter()
+    cases = []
+    print(f"soc_mapper bench, scale={args.scale}, budget={budget:g} s per searching algorithm, seed={args.seed}")
+    hdr = f"{'mix':8} {'soc':9} {'bw':>4} {'layers':>6} " + " ".join(f"{a[:12]:>12}" for a in SEARCHING + CONSTRUCTIVE)
+    print(hdr)
+    for mix in sc["mixes"]:
+        w = load_mix(mix, copies=sc["copies"])
+        for soc_name in ("soc_small", "soc_large"):
+            for bw_name, bw in BANDWIDTHS.items():
+                res = run_case(w, soc_name, bw, rc, SEARCHING + CONSTRUCTIVE)
+                cases.append({"mix": mix, "copies": sc["copies"], "soc": soc_name, "bandwidth": bw_name,
+                              "bandwidth_bytes_per_s": bw, "layers": len(w), "algorithms": res})
+                print(f"{mix:8} {soc_name:9} {bw_name:>4} {len(w):6d} " + " ".join(
+                    f"{res[a]['latency_s'] * 1e3:10.3f}ms" for a in SEARCHING + CONSTRUCTIVE), flush=True)
+
+    def ratio(base: str, key: str) -> list[float]:
+        return [c["algorithms"][base][key] / c["algorithms"]["comb"][key] for c in cases]
+
+    out: dict = {
+        "scale": args.scale, "seed": args.seed, "time_budget_s": budget,
+        "time_budget_note": "same wall-clock search budget for comb, magma, h2h and magma_1stream_comb_ga; "
+                            "fitness evaluated serially; constructive heuristics run to completion",
+        "cost_model": "soc_mapper.cost (MAESTRO-style analytical, int8)", "simulator": "soc_mapper.simulator",
+        "cases": cases,
+        "geomean_latency_vs_magma": geomean(ratio("magma", "latency_s")),
+        "geomean_latency_vs_h2h": geomean(ratio("h2h", "latency_s")),
+        "energy_reduction_vs_magma": 1 - geomean([1 / x for x in ratio("magma", "energy_j")]),
+        "energy_reduction_vs_h2h": 1 - geomean([1 / x for x in ratio("h2h", "energy_j")]),
+        "geomean_latency_vs_magma_1stream_comb_ga": geomean(ratio("magma_1stream_comb_ga", "latency_s")),
+        "geomean_latency_vs_h2h_wave_greedy": geomean(ratio("h2h_wave_greedy", "latency_s")),
+        "energy_reduction_vs_magma_1stream_comb_ga": 1 - geomean([1 / x for x in ratio("magma_1stream_comb_ga",
+                                                                                        "energy_j")]),
+        "energy_reduction_vs_h2h_wave_greedy": 1 - geomean([1 / x for x in ratio("h2h_wave_greedy", "energy_j")]),
+        "geomean_latency_vs_heft": geomean(ratio("heft", "latency_s")),
+        "geomean_pe_occupancy_vs_magma": geomean([c["algorithms"]["comb"]["pe_occupancy"] /
+                                                  c["algorithms"]["magma"]["pe_occupancy"] for c in cases]),
+        "geomean_pe_occupancy_vs_h2h": geomean([c["algorithms"]["comb"]["pe_occupancy"] /
+                                                c["algorithms"]["h2h"]["pe_occupancy"] for c in cases]),
+    }
+    if not args.no_exact:
+        from .exact import solve_exact
+
+        small = []
+        rc_small = RunConfig(time_budget_s=5.0, seed=args.seed, ga=GAConfig(executor="serial"))
+        for mix, take in SMALL_INSTANCES:
+            w = small_instance(load_mix(mix, copies=1), take)
+            soc = soc_from_system("soc_small")
+            cost = cost_table(w, soc)
+            ex = solve_exact(w, soc, cost, time_limit_s=60.0)
+            opt = min(ex.result.latency, ex.solver_latency)
+            row = {"instance": w.name, "layers": len(w), "optimal": bool(ex.optimal), "exact_latency_s": opt,
+                   "exact_lower_bound_s": ex.lower_bound, "exact_search_s": round(ex.search_seconds, 3),
+                   "gaps": {}}
+            for name in SEARCHING + CONSTRUCTIVE:
+                r = ALGORITHMS[name](w, soc, cost, rc_small)
+                row["gaps"][name] = r.result.latency / opt - 1
+            small.append(row)
+            print(f"exact {w.name} ({len(w)} layers): optimum {opt * 1e3:.4f} ms, gaps " +
+                  ", ".join(f"{k} {v:+.1%}" for k, v in row["gaps"].items()), flush=True)
+        out["small_instances"] = small
+        out["optimality_gap_small"] = max(r["gaps"]["comb"] for r in small)
+    if not args.no_mixed3:
+        w = load_mix("mixed3")
+        soc = soc_from_system("soc_large", BANDWIDTHS["high"])
+        cost = cost_table(w, soc)
+        ga = GAConfig(executor="process", workers=2, seed=args.seed, time_budget_s=sc["mixed3_budget"])
+        from .comb import comb_search
+
+        r = comb_search(w, soc, cost, ga)
+        out["mixed3_soc_large"] = {"layers": len(w), "search_s": round(r.search_seconds, 2),
+                                   "generations": r.generations, "evaluations": r.evaluations,
+                                   "latency_s": r.result.latency, "energy_j": r.result.energy,
+                                   "pe_occupancy": r.result.occupancy, "time_budget_s": sc["mixed3_budget"],
+                                   "workers": 2}
+        print(f"mixed3 on soc_large ({len(w)} layers): searched in {r.search_seconds:.1f} s "
+              f"({r.generations} generations, {r.evaluations} evaluations), latency {r.result.latency * 1e3:.3f} ms")
+    out["wall_s"] = round(time.perf_counter() - t_all, 1)
+    print(f"latency geomean: {out['geomean_latency_vs_magma']:.3f}x vs MAGMA (target 1.28), "
+          f"{out['geomean_latency_vs_h2h']:.3f}x vs H2H (target 1.37), {out['geomean_latency_vs_heft']:.3f}x vs HEFT")
+    print(f"energy reduction: {out['energy_reduction_vs_magma']:.1%} vs MAGMA (target 22.7%), "
+          f"{out['energy_reduction_vs_h2h']:.1%} vs H2H (target 29.2%)")
+    print(f"COMB's one-stream-MAGMA / wave-H2H of the reference: {out['geomean_latency_vs_magma_1stream_comb_ga']:.3f}x"
+          f" / {out['geomean_latency_vs_h2h_wave_greedy']:.3f}x")
+    if "optimality_gap_small" in out:
+        print(f"worst COMB gap to the optimum on small instances: {out['optimality_gap_small']:.2%} (target ≤ 5%)")
+    atomic_write_text(args.out, json.dumps(out, indent=1, default=float))
+    print(f"wrote {args.out} ({out['wall_s']} s)")
+    return out
+
+
+if __name__ == "__main__":
+    main()

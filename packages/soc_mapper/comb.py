@@ -1,0 +1,338 @@
+"""COMB: a GA (DEAP) over topological orders, decoded by dynamic programming into dataflow groups.
+
+Chromosome: a topological order of the layer DAG. Fitness: the judge's (simulator's) latency of the decoded plan
+(or the decoder's own estimate with ``fitness='decoder'``). Selection: softmax of standardised −latency. Crossover:
+pool both parents' groups, keep the high-PE-occupancy ones that are disjoint and whose contraction leaves the DAG
+acyclic, freeze them as contiguous blocks and re-sort the rest randomly. Mutation: freeze the top 20% groups by
+occupancy of the individual and re-sort the rest randomly. The best individual always survives (elitism), and
+the population can be checkpointed after every generation and resumed.
+"""
+from __future__ import annotations
+
+import hashlib
+import heapq
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from deap import base, creator
+
+from .config import GAConfig
+from .cost import CostTable
+from .decoder import DecodeContext, decode, windows_to_plan
+from .parallel import Evaluator, load_checkpoint, save_checkpoint
+from .simulator import Plan, Result, simulate
+from .soc import SoC
+from .workload import Workload
+
+if not hasattr(creator, "SocFitnessMin"):
+    creator.create("SocFitnessMin", base.Fitness, weights=(-1.0,))
+if not hasattr(creator, "SocOrder"):
+    creator.create("SocOrder", list, fitness=creator.SocFitnessMin, groups=None)
+
+
+@dataclass
+class SearchResult:
+    """What a searching (or constructive) algorithm returns: its plan judged by the simulator."""
+
+    algorithm: str
+    plan: Plan
+    result: Result
+    search_seconds: float
+    generations: int = 0
+    evaluations: int = 0
+    history: list[float] = field(default_factory=list)
+    """Best fitness after each generation (GA) or pass."""
+
+
+@dataclass
+class CombContext:
+    dctx: DecodeContext
+    w: Workload
+    soc: SoC
+    cost: CostTable
+    fitness: str
+    max_streams: int | None
+    algorithm: str
+    barriers: bool = True
+    dctx1: DecodeContext | None = None
+
+
+def comb_evaluate(c: CombContext, order: Sequence[int]) -> tuple[float, list[tuple[tuple[int, ...], float]]]:
+    """(fitness latency, [(group layers, occupancy)]) of one chromosome.
+
+    Without barriers the decoder is run twice, with windows up to ``max_window`` and with single-layer windows
+    (j = 1, the DP's degenerate chain), and the chromosome gets the better plan: grouping pays off when the SoC
+    is contended and costs little time, but the DP's choice between window sizes is myopic on critical-path
+    bound mixes, where the j = 1 chain is better."""
+    best = None
+    for dctx in ([c.dctx, c.dctx1] if c.dctx1 is not None else [c.dctx]):
+        est, windows, _ = decode(order, dctx, c.barriers)
+        fit = est
+        if c.fitness == "simulator":
+            plan = windows_to_plan(windows, dctx.L, c.max_streams, c.algorithm, c.barriers)
+            fit = simulate(plan, c.w, c.soc, c.cost, validate=False).latency
+        if best is None or fit < best[0]:
+            best = (fit, windows, dctx.max_window)
+    fit, windows, _ = best
+    return fit, [(g.layers, g.occupancy) for win in windows for g in win]
+
+
+def best_decode(c: CombContext, order: Sequence[int]):
+    """The windows of the decoder run that :func:`comb_evaluate` picked for this order."""
+    best = None
+    for dctx in ([c.dctx, c.dctx1] if c.dctx1 is not None else [c.dctx]):
+        est, windows, _ = decode(order, dctx, c.barriers)
+        plan = windows_to_plan(windows, dctx.L, c.max_streams, c.algorithm, c.barriers)
+        fit = simulate(plan, c.w, c.soc, c.cost, validate=False).latency if c.fitness == "simulator" else est
+        if best is None or fit < best[0]:
+            best = (fit, windows)
+    return best[1]
+
+
+# --- random topological orders with frozen blocks ---------------------------------------------------------------
+def random_topo(w: Workload, rng: random.Random, blocks: Sequence[Sequence[int]] = ()) -> list[int]:
+    """A random topological order in which every block of ``blocks`` is contiguous (blocks must be disjoint and
+    their contraction acyclic). Block members keep index order (layer indices are topological)."""
+    L = len(w.layers)
+    node = list(range(L))  # quotient node of each layer
+    members: dict[int, list[int]] = {}
+    for b in blocks:
+        rep = min(b)
+        for v in b:
+            node[v] = rep
+        members[rep] = sorted(b)
+    indeg = [0] * L
+    for (u, v) in w.edge_bytes:
+        if node[u] != node[v]:
+            indeg[node[v]] += 1
+    heap = [(rng.random(), q) for q in range(L) if node[q] == q and indeg[q] == 0]
+    heapq.heapify(heap)
+    out: list[int] = []
+    while heap:
+        _, q = heapq.heappop(heap)
+        ms = members.get(q, [q])
+        out.extend(ms)
+        for v in ms:
+            for s in w.succs[v]:
+                ns = node[s]
+                if ns != q:
+                    indeg[ns] -= 1
+                    if indeg[ns] == 0:
+                        heapq.heappush(heap, (rng.random(), ns))
+    assert len(out) == L, "blocks form a cycle"
+    return out
+
+
+def _creates_cycle(w: Workload, block_of: list[int], blocks: dict[int, list[int]], group: Sequence[int]) -> bool:
+    """Would contracting ``group`` (with the blocks already frozen) make a cycle? BFS from the group's exits."""
+    gs = set(group)
+    seen: set[int] = set()
+    stack = [s for v in group for s in w.succs[v] if s not in gs]
+    while stack:
+        x = stack.pop()
+        if x in gs:
+            return True
+        if x in seen:
+            continue
+        b = block_of[x]
+        xs = blocks[b] if b >= 0 else [x]
+        for y in xs:
+            seen.add(y)
+            if y in gs:
+                return True
+            for s in w.succs[y]:
+                if s not in seen:
+                    stack.append(s)
+    return False
+
+
+def _freeze(w: Workload, ranked: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Greedily accept groups (best first) that are disjoint from the accepted ones and keep the DAG acyclic."""
+    block_of = [-1] * len(w.layers)
+    blocks: dict[int, list[int]] = {}
+    for g in ranked:
+        if any(block_of[v] >= 0 for v in g):
+            continue
+        if _creates_cycle(w, block_of, blocks, g):
+            continue
+        bid = len(blocks)
+        blocks[bid] = list(g)
+        for v in g:
+            block_of[v] = bid
+    return list(blocks.values())
+
+
+def crossover(w: Workload, rng: random.Random, g1: list, g2: list, keep_fraction: float,
+              max_candidates: int = 64) -> list[int]:
+    """Child order from the groups of two parents (see module doc)."""
+    pooled = sorted({tuple(sorted(g)): occ for g, occ in list(g1) + list(g2) if len(g) > 1}.items(),
+                    key=lambda x: -x[1])
+    pooled = pooled[:min(max_candidates, max(1, int(math.ceil(len(pooled) * keep_fraction))))]
+    return random_topo(w, rng, _freeze(w, [g for g, _ in pooled]))
+
+
+def mutate(w: Workload, rng: random.Random, groups: list, freeze_fraction: float) -> list[int]:
+    """Freeze the top groups by occupancy, re-sort the rest at random."""
+    gs = sorted((g for g in groups if len(g[0]) > 1), key=lambda x: -x[1])
+    k = int(math.ceil(len(gs) * freeze_fraction)) if gs else 0
+    return random_topo(w, rng, _freeze(w, [g for g, _ in gs[:k]]))
+
+
+def interleaved_order(w: Workload) -> list[int]:
+    """Round robin over the model copies, each in its own order (a topological order: models are disjoint)."""
+    by_model: dict[str, list[int]] = {}
+    for v, l in enumerate(w.layers):
+        by_model.setdefault(l.model, []).append(v)
+    queues = list(by_model.values())
+    out, k = [], 0
+    while len(out) < len(w.layers):
+        for q in queues:
+            if k < len(q):
+                out.append(q[k])
+        k += 1
+    if not w.is_topological(out):  # models joined by edges: fall back to the index order
+        return list(range(len(w.layers)))
+    return out
+
+
+def upward_rank_order(w: Workload, cost: CostTable, soc: SoC) -> list[int]:
+    """Layers by decreasing upward rank (HEFT's priority: mean latency + mean transfer along the longest path to
+    an exit); a topological order, and a good seed because it starts the critical paths first."""
+    import numpy as np
+
+    lat = np.where(cost.supported, cost.latency, np.nan)
+    mean_c = np.nanmean(lat, axis=1)
+    off = soc.bandwidth[~np.eye(soc.n, dtype=bool)]
+    inv = float(np.mean(1.0 / off)) if off.size else 0.0
+    L = len(w.layers)
+    rank = [0.0] * L
+    for v in reversed(range(L)):
+        rank[v] = float(mean_c[v]) + max((w.edge_bytes[(v, s)] * inv + rank[s] for s in w.succs[v]), default=0.0)
+    return sorted(range(L), key=lambda v: (-rank[v], v))
+
+
+def fingerprint(w: Workload, soc: SoC, cfg: GAConfig, algorithm: str) -> str:
+    h = hashlib.sha256()
+    h.update("\n".join(w.names).encode())
+    h.update(repr(sorted(w.edge_bytes.items())).encode())
+    h.update(repr([a.name for a in soc.accs]).encode())
+    h.update(soc.bandwidth.tobytes())
+    h.update(repr((cfg.population, cfg.max_window, cfg.max_streams, cfg.seed, cfg.fitness, cfg.barriers,
+                  algorithm)).encode())
+    return h.hexdigest()[:16]
+
+
+def _ind(order: Sequence[int], fit: float | None = None, groups=None):
+    ind = creator.SocOrder(order)
+    if fit is not None:
+        ind.fitness.values = (fit,)
+        ind.groups = groups
+    return ind
+
+
+def _save(path: str, fp: str, gen: int, rng: random.Random, history: list, evals: int, pop: list, best) -> None:
+    save_checkpoint(path, {
+        "fingerprint": fp, "generation": gen, "rng": rng.getstate(), "history": history, "evaluations": evals,
+        "population": [(list(i), i.fitness.values[0], i.groups) for i in pop],
+        "best": (list(best), best.fitness.values[0], best.groups)})
+
+
+def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = None,
+                algorithm: str = "comb") -> SearchResult:
+    """Run COMB's GA and return the best plan judged by the simulator."""
+    cfg = cfg or GAConfig()
+    t0 = time.perf_counter()
+    rng = random.Random(cfg.seed)
+    J = cfg.max_window if cfg.window_work is None else max(1, min(cfg.max_window, cfg.window_work // len(w.layers)))
+    dctx = DecodeContext(w, soc, cost, J, cfg.max_streams)
+    dctx1 = None if cfg.barriers or J == 1 else DecodeContext(w, soc, cost, 1, cfg.max_streams)
+    cctx = CombContext(dctx, w, soc, cost, cfg.fitness, cfg.max_streams, algorithm, cfg.barriers, dctx1)
+    fp = fingerprint(w, soc, cfg, algorithm)
+    toolbox = base.Toolbox()
+    history: list[float] = []
+    evals = 0
+    with Evaluator(comb_evaluate, cctx, cfg.executor, cfg.workers) as ev:
+        toolbox.register("map", ev.map)
+        toolbox.register("evaluate", comb_evaluate, cctx)
+
+        def evaluate(inds: list) -> None:
+            nonlocal evals
+            todo = [i for i in inds if not i.fitness.valid]
+            for ind, (fit, groups) in zip(todo, toolbox.map(toolbox.evaluate, todo)):
+                ind.fitness.values = (fit,)
+                ind.groups = groups
+            evals += len(todo)
+
+        state = load_checkpoint(cfg.checkpoint, fp) if cfg.checkpoint else None
+        if state is not None:
+            pop = [_ind(o, f, g) for o, f, g in state["population"]]
+            best = _ind(*state["best"])
+            rng.setstate(state["rng"])
+            history = list(state["history"])
+            gen0 = state["generation"] + 1
+            evals = state["evaluations"]
+        else:
+            # seeded initial population: the index order, a round robin over the models, the upward-rank order
+            seeds = [upward_rank_order(w, cost, soc), interleaved_order(w), list(range(len(w.layers)))]
+            pop = [_ind(o) for o in seeds[:cfg.population]]
+            evaluate(pop)
+            # the rest at random, in batches of the worker count, while the time budget lasts
+            batch = cfg.workers if cfg.executor != "serial" else 1
+            last_batch = (time.perf_counter() - t0) / max(1, math.ceil(len(pop) / batch))
+            while len(pop) < cfg.population:
+                if cfg.time_budget_s is not None and time.perf_counter() - t0 + last_batch > cfg.time_budget_s:
+                    break
+                tb = time.perf_counter()
+                more = [_ind(random_topo(w, rng)) for _ in range(min(batch, cfg.population - len(pop)))]
+                evaluate(more)
+                pop += more
+                last_batch = time.perf_counter() - tb
+            best = min(pop, key=lambda i: i.fitness.values[0])
+            best = _ind(list(best), best.fitness.values[0], best.groups)
+            history.append(best.fitness.values[0])
+            gen0 = 0
+            if cfg.checkpoint:  # the evaluated initial population: a resume skips its evaluation
+                _save(cfg.checkpoint, fp, -1, rng, history, evals, pop, best)
+        gens_done = gen0
+        # a generation evaluates population−1 children: predict it from the initial batches until one ran
+        last_gen = 0.0
+        if state is None:
+            batch = cfg.workers if cfg.executor != "serial" else 1
+            last_gen = last_batch * math.ceil((cfg.population - 1) / batch)
+        for gen in range(gen0, cfg.generations):
+            el = time.perf_counter() - t0
+            if cfg.time_budget_s is not None and el + last_gen > cfg.time_budget_s:
+                break
+            tg = time.perf_counter()
+            fits = [i.fitness.values[0] for i in pop]
+            mu = sum(fits) / len(fits)
+            sd = math.sqrt(sum((f - mu) ** 2 for f in fits) / len(fits)) or 1.0
+            weights = [math.exp(-(f - mu) / sd) for f in fits]
+            children = []
+            while len(children) < cfg.population - 1:
+                p1, p2 = rng.choices(pop, weights=weights, k=2)
+                if rng.random() < cfg.crossover_rate:
+                    child = crossover(w, rng, p1.groups, p2.groups, cfg.crossover_keep_fraction)
+                else:
+                    child = list(p1)
+                if rng.random() < cfg.mutation_rate:
+                    grp = p1.groups if child == list(p1) else (p1.groups + p2.groups)
+                    child = mutate(w, rng, grp, cfg.freeze_fraction)
+                children.append(_ind(child))
+            evaluate(children)
+            pop = [best] + children  # elitism: the best schedule is never lost
+            cand = min(pop, key=lambda i: i.fitness.values[0])
+            if cand.fitness.values[0] < best.fitness.values[0]:
+                best = _ind(list(cand), cand.fitness.values[0], cand.groups)
+            history.append(best.fitness.values[0])
+            gens_done = gen + 1
+            if cfg.checkpoint:
+                _save(cfg.checkpoint, fp, gen, rng, history, evals, pop, best)
+            last_gen = time.perf_counter() - tg
+    windows = best_decode(cctx, list(best))
+    plan = windows_to_plan(windows, len(w.layers), cfg.max_streams, algorithm, cfg.barriers)
+    res = simulate(plan, w, soc, cost)
+    return SearchResult(algorithm, plan, res, time.perf_counter() - t0, gens_done, evals, history)

@@ -1,0 +1,164 @@
+"""Structured configs of soc_mapper (validated in __post_init__; errors name the field path)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .errors import MapperError
+
+EXECUTORS = ("serial", "process", "ray")
+
+
+def _check(cond: bool, path: str, msg: str, value: object) -> None:
+    if not cond:
+        raise MapperError(path, f"{msg}, got {value!r}", value)
+
+
+@dataclass
+class GAConfig:
+    """COMB's genetic search (defaults: the reference's)."""
+
+    population: int = 8
+    """Individuals per generation."""
+    generations: int = 20
+    """Generations (the time budget may stop earlier, at a generation boundary)."""
+    mutation_rate: float = 0.3
+    """Probability that a child is mutated."""
+    crossover_rate: float = 0.9
+    """Probability that a child comes from crossover (else a copy of its first parent)."""
+    freeze_fraction: float = 0.2
+    """Mutation freezes this top fraction of groups by PE occupancy."""
+    crossover_keep_fraction: float = 0.5
+    """Crossover tries to keep this top fraction of the pooled groups (by occupancy)."""
+    max_window: int = 8
+    """Largest DP window j (the reference's cap is 20; 8 keeps a decode of ~4,000 layers within seconds, and
+    larger windows rarely won in our runs)."""
+    max_streams: int | None = None
+    """Cap on concurrent tasks per accelerator (1: the one-stream 'MAGMA' of COMB's experiments)."""
+    seed: int = 0
+    """Seed of every random choice (runs are deterministic under it when the time budget does not bind)."""
+    time_budget_s: float | None = None
+    """Stop after this many seconds of search (checked between generations)."""
+    window_work: int | None = 8000
+    """Caps the window at max(1, window_work // layers) (≥ 1, ≤ max_window) so that one decode of a large
+    workload stays within seconds (mixed3: 4,392 layers → single-layer windows); None: always max_window."""
+    barriers: bool = False
+    """The reference decoder: a barrier closes every DP window (dp[i] = dp[i−j] + window length) and the plan
+    keeps the barriers. Off (default): the DP carries the accelerators' busy boxes and finish times along its
+    chain instead, and the plan runs without barriers (see :func:`soc_mapper.decoder.decode`)."""
+    fitness: str = "simulator"
+    """``simulator`` (the judge's latency) or ``decoder`` (the DP's own estimate; faster)."""
+    executor: str = "serial"
+    """Fitness evaluation: ``serial``, ``process`` (local process pool) or ``ray``."""
+    workers: int = 2
+    """Processes for the ``process`` executor."""
+    checkpoint: str | None = None
+    """Path of the population checkpoint (written atomically after each generation; resumed if present)."""
+
+    def __post_init__(self):
+        p = "ga"
+        _check(self.population >= 2, f"{p}.population", "must be >= 2", self.population)
+        _check(self.generations >= 0, f"{p}.generations", "must be >= 0", self.generations)
+        for f in ("mutation_rate", "crossover_rate", "freeze_fraction", "crossover_keep_fraction"):
+            v = getattr(self, f)
+            _check(0.0 <= v <= 1.0, f"{p}.{f}", "must be in [0, 1]", v)
+        _check(1 <= self.max_window <= 200, f"{p}.max_window", "must be in [1, 200]", self.max_window)
+        _check(self.window_work is None or self.window_work >= 1, f"{p}.window_work", "must be >= 1 or null",
+               self.window_work)
+        _check(self.max_streams is None or self.max_streams >= 1, f"{p}.max_streams", "must be >= 1 or null",
+               self.max_streams)
+        _check(self.time_budget_s is None or self.time_budget_s > 0, f"{p}.time_budget_s", "must be > 0 or null",
+               self.time_budget_s)
+        _check(self.fitness in ("simulator", "decoder"), f"{p}.fitness", "must be 'simulator' or 'decoder'",
+               self.fitness)
+        _check(self.executor in EXECUTORS, f"{p}.executor", f"must be one of {list(EXECUTORS)}", self.executor)
+        _check(self.workers >= 1, f"{p}.workers", "must be >= 1", self.workers)
+
+
+@dataclass
+class MagmaConfig:
+    """MAGMA's GA (HPCA 2022): two-row genome, elite 5%."""
+
+    population: int = 40
+    """Individuals per generation."""
+    generations: int = 100
+    """Generations (the time budget may stop earlier)."""
+    elite_ratio: float = 0.05
+    """Share of the population kept as elite (MAGMA: 5%)."""
+    mutation_rate: float = 0.05
+    """Per-gene mutation probability."""
+    crossover_rate: float = 0.9
+    """Probability of crossover per child."""
+    seed: int = 0
+    time_budget_s: float | None = None
+    """Stop after this many seconds of search."""
+    system_bandwidth: float | None = None
+    """Bandwidth the cores share in MAGMA's makespan model, bytes/s (default: nn bandwidth × accelerators)."""
+
+    def __post_init__(self):
+        p = "magma"
+        _check(self.population >= 4, f"{p}.population", "must be >= 4", self.population)
+        _check(self.generations >= 0, f"{p}.generations", "must be >= 0", self.generations)
+        for f in ("elite_ratio", "mutation_rate", "crossover_rate"):
+            v = getattr(self, f)
+            _check(0.0 <= v <= 1.0, f"{p}.{f}", "must be in [0, 1]", v)
+        _check(self.time_budget_s is None or self.time_budget_s > 0, f"{p}.time_budget_s", "must be > 0 or null",
+               self.time_budget_s)
+        _check(self.system_bandwidth is None or self.system_bandwidth > 0, f"{p}.system_bandwidth",
+               "must be > 0 or null", self.system_bandwidth)
+
+
+@dataclass
+class H2HConfig:
+    """H2H (DAC 2022) passes."""
+
+    weight_pinning: bool = True
+    """Knapsack pinning of weights in each accelerator's buffer."""
+    transfer_removal: bool = True
+    """Move consumers to their producer's accelerator when that removes a transfer and helps."""
+    local_search: bool = True
+    """Move single layers to a neighbouring accelerator while it helps."""
+    local_search_rounds: int = 2
+    """Passes over the layers."""
+    time_budget_s: float | None = None
+    """Stop the local search after this many seconds."""
+
+    def __post_init__(self):
+        _check(self.local_search_rounds >= 0, "h2h.local_search_rounds", "must be >= 0", self.local_search_rounds)
+        _check(self.time_budget_s is None or self.time_budget_s > 0, "h2h.time_budget_s", "must be > 0 or null",
+               self.time_budget_s)
+
+
+@dataclass
+class RunConfig:
+    """One mapping run (experiment task / bench case)."""
+
+    algorithms: list[str] = field(default_factory=lambda: ["comb", "magma", "h2h", "magma_1stream_comb_ga",
+                                                           "h2h_wave_greedy", "heft", "greedy", "fcfs",
+                                                           "round_robin"])
+    """Algorithms to run (names of soc_mapper.algorithms.ALGORITHMS)."""
+    time_budget_s: float = 20.0
+    """Search time budget of each searching algorithm, s (the same for all)."""
+    seed: int = 0
+    """Seed shared by every algorithm."""
+    bandwidth: float | None = None
+    """Override of the mesh's nearest-neighbour bandwidth, bytes/s (0.8e9 low, 3.2e9 high)."""
+    copies: int | None = None
+    """Override of the mix's copies per model (smaller runs)."""
+    ga: GAConfig = field(default_factory=GAConfig)
+    magma: MagmaConfig = field(default_factory=MagmaConfig)
+    h2h: H2HConfig = field(default_factory=H2HConfig)
+
+    def __post_init__(self):
+        from .algorithms import ALGORITHMS
+
+        if isinstance(self.ga, dict):
+            self.ga = GAConfig(**self.ga)
+        if isinstance(self.magma, dict):
+            self.magma = MagmaConfig(**self.magma)
+        if isinstance(self.h2h, dict):
+            self.h2h = H2HConfig(**self.h2h)
+        for i, a in enumerate(self.algorithms):
+            _check(a in ALGORITHMS, f"run.algorithms[{i}]", f"unknown algorithm; known: {sorted(ALGORITHMS)}", a)
+        _check(self.time_budget_s > 0, "run.time_budget_s", "must be > 0", self.time_budget_s)
+        _check(self.bandwidth is None or self.bandwidth > 0, "run.bandwidth", "must be > 0 or null", self.bandwidth)
+        _check(self.copies is None or self.copies >= 1, "run.copies", "must be >= 1 or null", self.copies)

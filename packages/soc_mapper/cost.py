@@ -1,0 +1,159 @@
+"""Analytical per-(layer, accelerator) cost model in the spirit of MAESTRO.
+
+Each dataflow style maps some loops of the layer's nest across the PE array (spatial) and runs the rest in time;
+PEs used = Π min(extent, spatial size), compute cycles = Π ceil(extent / spatial size) over spatial loops ×
+Π temporal extents (+ fill/drain of the array). Latency = max(compute time, buffer traffic / buffer bandwidth)
+(MAESTRO's roofline of compute vs the L2 port). Energy = MACs × MAC energy + bytes × buffer energy per byte,
+plus a static share of the accelerator's power while the task runs; power = energy / latency.
+
+Why not fusion_perf: it models one accelerator's memory hierarchy for fused chains of operators (a
+Timeloop/TileFlow-style tile search) and is written concurrently; the mapper needs thousands of single-layer
+estimates per SoC for four fixed dataflows, each in microseconds, and the reference used MAESTRO's fixed
+dataflows, not searched mappings. So this is a closed-form model over the same ``shared_ir`` loop nests.
+
+Dataflows (canonical conv dims B G K C P Q R S; GEMM dims B M N K):
+- ``nvdla``: K across PE clusters, C across the 64 PEs of a cluster (weight stationary, NVDLA's conv core);
+- ``shidiannao``: output rows P and columns Q across the PE grid (output stationary; good for depthwise);
+- ``tpu``: GEMM M across PE rows and N across 128-wide columns, K streamed through the systolic array;
+  convs lowered to GEMM (M = B·P·Q, N = K, K = C·R·S);
+- ``eyeriss``: row stationary, filter rows R × output rows P form a PE set, sets replicated over K;
+- any other style: ideal parallelism over the non-reduction points (an upper bound on speed).
+Linear/matmul layers on conv-style dataflows run as 1×1 convs (K = N, C = K, P = M).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import UnsupportedLayerError
+from .soc import Accelerator, SoC
+from .workload import Layer, Workload
+
+STATIC_POWER_FRACTION = 0.2
+"""Share of an accelerator's power drawn while any task runs on it, whatever the task's PE use (leakage, clock)."""
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _conv_form(l: Layer) -> tuple[int, int, int, int, int, int, int, int]:
+    d = l.dims
+    if l.is_conv:
+        return d["B"], d["G"], d["K"], d["C"], d["P"], d["Q"], d["R"], d["S"]
+    # GEMM as a 1×1 conv: batch loops fold into B, rows M become output pixels
+    return d["B"], 1, d["N"], d["K"], d["M"], 1, 1, 1
+
+
+def _gemm_form(l: Layer) -> tuple[int, int, int, int]:
+    d = l.dims
+    if l.is_conv:
+        return d["G"], d["B"] * d["P"] * d["Q"], d["K"], d["C"] * d["R"] * d["S"]
+    return d["B"], d["M"], d["N"], d["K"]
+
+
+def compute_cycles(l: Layer, a: Accelerator) -> tuple[float, int]:
+    """(cycles, PEs used) of a layer on one accelerator's dataflow."""
+    rows, cols, npe = a.pe_rows, a.pe_cols, a.num_pes
+    df = a.dataflow
+    if df == "nvdla":
+        B, G, K, C, P, Q, R, S = _conv_form(l)
+        csize = min(64, npe)
+        clusters = max(1, npe // csize)
+        pes = min(K, clusters) * min(C, csize)
+        tiles = _cdiv(K, clusters) * _cdiv(C, csize)
+        cycles = B * G * tiles * P * Q * R * S + tiles * int(math.log2(csize) + 1)  # adder-tree drain per tile
+        return cycles, pes
+    if df == "shidiannao":
+        B, G, K, C, P, Q, R, S = _conv_form(l)
+        pes = min(P, rows) * min(Q, cols)
+        tiles = _cdiv(P, rows) * _cdiv(Q, cols)
+        cycles = B * G * K * C * R * S * tiles + tiles * (rows + cols)  # shift in the input window per tile
+        return cycles, pes
+    if df in ("tpu", "systolic"):
+        Bt, M, N, K = _gemm_form(l)
+        pes = min(M, rows) * min(N, cols)
+        tiles = _cdiv(M, rows) * _cdiv(N, cols)
+        cycles = Bt * tiles * (K + rows + cols)  # systolic fill and drain per tile
+        return cycles, pes
+    if df == "eyeriss":
+        B, G, K, C, P, Q, R, S = _conv_form(l)
+        set_pes = min(R, rows) * min(P, cols)
+        sets = max(1, min(npe // set_pes, K * G))
+        pes = set_pes * sets
+        cycles = B * _cdiv(K * G, sets) * C * Q * S * _cdiv(R, rows) * _cdiv(P, cols) + (rows + cols)
+        return cycles, pes
+    # generic: ideal over the output points
+    red = l.dims["C"] * l.dims["R"] * l.dims["S"] if l.is_conv else l.dims["K"]
+    par = max(1, l.macs // max(1, red))
+    pes = min(npe, par)
+    return _cdiv(l.macs, pes), pes
+
+
+def supports(l: Layer, a: Accelerator) -> bool:
+    """The hardware description decides (compute.op_kinds; empty = all)."""
+    return not a.op_kinds or l.op_kind in a.op_kinds
+
+
+@dataclass
+class CostTable:
+    """Costs of every (layer, accelerator) pair as [L, A] arrays; ``np.inf`` latency where unsupported."""
+
+    latency: np.ndarray
+    """Seconds, weights streamed from outside the accelerator's buffer."""
+    latency_pinned: np.ndarray
+    """Seconds, weights already resident in the buffer (H2H's weight locality)."""
+    pes: np.ndarray
+    """PEs the layer occupies (int)."""
+    power: np.ndarray
+    """Watts while it runs."""
+    supported: np.ndarray
+    """bool."""
+
+    @property
+    def energy(self) -> np.ndarray:
+        return np.where(self.supported, self.power * np.where(self.supported, self.latency, 0.0), 0.0)
+
+    def min_latency(self) -> np.ndarray:
+        return self.latency.min(axis=1)
+
+
+def layer_cost(l: Layer, a: Accelerator, pinned: bool = False) -> tuple[float, int, float]:
+    """(latency s, PEs used, power W) of one layer on one accelerator."""
+    cycles, pes = compute_cycles(l, a)
+    t_comp = cycles / a.frequency_hz
+    nbytes = l.in_bytes + l.out_bytes + (0 if pinned else l.weight_bytes)
+    t_mem = nbytes / a.buffer_bandwidth_bytes_per_s
+    lat = max(t_comp, t_mem)
+    if a.mac_energy_pj > 0:
+        dyn_j = (l.macs * a.mac_energy_pj + nbytes * a.buffer_energy_pj_per_byte) * 1e-12
+        power = STATIC_POWER_FRACTION * a.power_w + dyn_j / lat
+    else:  # power-only description: scale the dynamic part with the share of PEs used
+        power = a.power_w * (STATIC_POWER_FRACTION + (1 - STATIC_POWER_FRACTION) * pes / a.num_pes)
+    return lat, pes, power
+
+
+def cost_table(w: Workload, soc: SoC) -> CostTable:
+    """Cost of every pair; raises :class:`UnsupportedLayerError` naming the first layer nothing can run."""
+    L, A = len(w.layers), soc.n
+    lat = np.full((L, A), np.inf)
+    latp = np.full((L, A), np.inf)
+    pes = np.zeros((L, A), dtype=np.int64)
+    pw = np.zeros((L, A))
+    sup = np.zeros((L, A), dtype=bool)
+    cache: dict[tuple, tuple] = {}
+    for i, l in enumerate(w.layers):
+        key0 = (l.op_kind, tuple(sorted(l.dims.items())), l.in_bytes, l.weight_bytes, l.out_bytes)
+        for j, a in enumerate(soc.accs):
+            if not supports(l, a):
+                continue
+            key = key0 + (j,)
+            if key not in cache:  # copies of a model repeat the same shapes
+                cache[key] = (layer_cost(l, a), layer_cost(l, a, pinned=True))
+            (t, p, pwr), (tp, _, _) = cache[key]
+            lat[i, j], latp[i, j], pes[i, j], pw[i, j], sup[i, j] = t, tp, p, pwr, True
+        if not sup[i].any():
+            raise UnsupportedLayerError(l.name, l.op_kind, [a.name for a in soc.accs])
+    return CostTable(lat, latp, pes, pw, sup)

@@ -1,0 +1,239 @@
+"""The one schedule simulator that judges every algorithm.
+
+A :class:`Plan` (placement of each layer, a dispatch order, optional barriers, an optional stream cap and
+optional pinned weights) becomes start/finish times by list scheduling in the dispatch order: a layer starts at
+the earliest time ≥ (its barrier, each predecessor's finish + transfer over the mesh) at which its accelerator
+has a free stream and enough free PEs for the whole duration (earlier gaps are filled: insertion scheduling).
+Transfers: bytes / bandwidth(src, dst) (nearest-neighbour bandwidth / Manhattan distance; the intra-accelerator
+bandwidth when producer and consumer share an accelerator). Energy = Σ over phases (intervals between
+consecutive start/finish events) of phase length × the highest power among the tasks running in it.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from .cost import CostTable
+from .errors import MapperError
+from .soc import SoC
+from .workload import Workload
+
+
+@dataclass
+class Plan:
+    """What an algorithm decides; the simulator derives the times."""
+
+    placement: list[int]
+    """Accelerator index of each layer."""
+    order: list[int]
+    """Dispatch order (a topological order of the layers)."""
+    phase: list[int] | None = None
+    """Barrier phase of each layer (non-decreasing along ``order``): a layer of phase p starts after every layer
+    of an earlier phase finished. None: no barriers."""
+    max_streams: int | None = None
+    """Cap on concurrent tasks per accelerator (1 for the one-stream baselines); None: the SoC's streams."""
+    pinned: list[bool] | None = None
+    """Weights of the layer resident in its accelerator's buffer (H2H's weight locality)."""
+    algorithm: str = ""
+    """Name of the algorithm that produced it."""
+
+
+@dataclass
+class Result:
+    """A simulated schedule."""
+
+    latency: float
+    """Makespan, s."""
+    energy: float
+    """J (phase model)."""
+    occupancy: float
+    """Σ PEs × duration / (Σ PEs of all accelerators × makespan)."""
+    start: np.ndarray
+    finish: np.ndarray
+    stream: np.ndarray
+    acc_busy: list[float] = field(default_factory=list)
+    """Per accelerator: time with ≥ 1 task running, s."""
+    algorithm: str = ""
+
+    def summary(self) -> dict:
+        return {"latency_s": self.latency, "energy_j": self.energy, "pe_occupancy": self.occupancy}
+
+
+def validate_plan(plan: Plan, w: Workload, soc: SoC, cost: CostTable) -> None:
+    L = len(w.layers)
+    name = plan.algorithm or "plan"
+    if len(plan.placement) != L:
+        raise MapperError(f"{name}.placement", f"has {len(plan.placement)} entries for {L} layers")
+    if sorted(plan.order) != list(range(L)):
+        raise MapperError(f"{name}.order", "must be a permutation of the layers")
+    if not w.is_topological(plan.order):
+        pos = {v: i for i, v in enumerate(plan.order)}
+        u, v = next((u, v) for u, v in w.edge_bytes if pos[u] > pos[v])
+        raise MapperError(f"{name}.order", f"not topological: {w.layers[v].name!r} before its producer "
+                                           f"{w.layers[u].name!r}")
+    for v, a in enumerate(plan.placement):
+        if not (0 <= a < soc.n) or not cost.supported[v, a]:
+            an = soc.accs[a].name if 0 <= a < soc.n else a
+            raise MapperError(f"{name}.placement.{w.layers[v].name}", f"accelerator {an!r} cannot run this layer")
+    if plan.phase is not None:
+        ph = [plan.phase[v] for v in plan.order]
+        if any(b < a for a, b in zip(ph, ph[1:])):
+            raise MapperError(f"{name}.phase", "phases must not decrease along the dispatch order")
+    if plan.pinned is not None:
+        used = np.zeros(soc.n)
+        for v, p in enumerate(plan.pinned):
+            if p:
+                used[plan.placement[v]] += w.layers[v].weight_bytes
+        for a in range(soc.n):
+            if used[a] > soc.accs[a].buffer_bytes:
+                raise MapperError(f"{name}.pinned.{soc.accs[a].name}", f"pins {int(used[a])} B of weights in a "
+                                                                      f"{soc.accs[a].buffer_bytes} B buffer")
+
+
+def _earliest(intervals: list[tuple[float, float, int]], ready: float, d: float, p: int, streams: int,
+              npe: int) -> float:
+    """Earliest t ≥ ready with < streams tasks and ≤ npe − p PEs in use throughout [t, t+d)."""
+    live = [iv for iv in intervals if iv[1] > ready]
+    if not live:
+        return ready
+    cands = sorted({ready} | {e for _, e, _ in live})
+    for t in cands:
+        end = t + d
+        over = [iv for iv in live if iv[0] < end and iv[1] > t]
+        if len(over) < streams and sum(q for _, _, q in over) + p <= npe:
+            return t
+        # usage is piecewise constant; check at t and at every start inside the window
+        pts = [t] + [s for s, _, _ in over if t < s < end]
+        ok = True
+        for x in pts:
+            act = [q for s, e, q in over if s <= x < e]
+            if len(act) >= streams or sum(act) + p > npe:
+                ok = False
+                break
+        if ok:
+            return t
+    return cands[-1]  # unreachable: after the last end nothing runs
+
+
+class SimState:
+    """Incremental list scheduling (the simulator's core): place layers one by one in a dispatch order.
+    The constructive heuristics use it to compare accelerators by earliest finish under the same rules."""
+
+    def __init__(self, w: Workload, soc: SoC, cost: CostTable, max_streams: int | None = None):
+        self.w, self.soc, self.cost, self.max_streams = w, soc, cost, max_streams
+        L = len(w.layers)
+        self.start = np.zeros(L)
+        self.finish = np.zeros(L)
+        self.placement = [-1] * L
+        self.ivs: list[list[tuple[float, float, int]]] = [[] for _ in range(soc.n)]
+        self.barrier = 0.0
+        self.horizon = 0.0
+        """Latest finish so far (the next barrier)."""
+
+    def duration(self, v: int, a: int, pinned: bool = False) -> float:
+        return float(self.cost.latency_pinned[v, a] if pinned else self.cost.latency[v, a])
+
+    def ready(self, v: int, a: int, transfers: bool = True) -> float:
+        t = self.barrier
+        for u in self.w.preds[v]:
+            r = self.finish[u] + (self.w.edge_bytes[(u, v)] / self.soc.bandwidth[self.placement[u], a]
+                                  if transfers else 0.0)
+            if r > t:
+                t = r
+        return t
+
+    def earliest(self, v: int, a: int, pinned: bool = False, transfers: bool = True) -> tuple[float, float]:
+        """(start, finish) if ``v`` were placed on ``a`` now."""
+        acc = self.soc.accs[a]
+        streams = acc.streams if self.max_streams is None else min(acc.streams, self.max_streams)
+        d = self.duration(v, a, pinned)
+        t = _earliest(self.ivs[a], self.ready(v, a, transfers), d, int(self.cost.pes[v, a]), streams, acc.num_pes)
+        return t, t + d
+
+    def place(self, v: int, a: int, pinned: bool = False) -> tuple[float, float]:
+        self.placement[v] = a
+        t, f = self.earliest(v, a, pinned)
+        self.start[v], self.finish[v] = t, f
+        self.ivs[a].append((t, f, int(self.cost.pes[v, a])))
+        if f > self.horizon:
+            self.horizon = f
+        return t, f
+
+    def close_phase(self) -> None:
+        """A barrier: later layers start after everything placed so far finished."""
+        self.barrier = max(self.barrier, self.horizon)
+
+
+def simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable, validate: bool = True) -> Result:
+    """Start/finish times, latency, energy and PE occupancy of a plan."""
+    if validate:
+        validate_plan(plan, w, soc, cost)
+    L = len(w.layers)
+    st = SimState(w, soc, cost, plan.max_streams)
+    pl = plan.placement
+    pinned = plan.pinned
+    cur_phase = None
+    for v in plan.order:
+        if plan.phase is not None and plan.phase[v] != cur_phase:
+            st.close_phase()
+            cur_phase = plan.phase[v]
+        st.place(v, pl[v], bool(pinned[v]) if pinned is not None else False)
+    start, finish = st.start, st.finish
+    makespan = float(finish.max()) if L else 0.0
+    idx = np.arange(L)
+    power = cost.power[idx, np.asarray(pl)] if L else np.zeros(0)
+    energy = phase_energy(start, finish, power)
+    work = float(np.sum((finish - start) * cost.pes[idx, np.asarray(pl)]))
+    occ = work / (sum(a.num_pes for a in soc.accs) * makespan) if makespan > 0 else 0.0
+    stream, busy = _streams(start, finish, pl, soc.n)
+    return Result(makespan, energy, occ, start, finish, stream, busy, plan.algorithm)
+
+
+def phase_energy(start: np.ndarray, finish: np.ndarray, power: np.ndarray) -> float:
+    """Σ over elementary intervals between events of length × max power of the tasks active in it."""
+    ev = sorted([(float(s), 1, i) for i, s in enumerate(start)] + [(float(f), 0, i) for i, f in enumerate(finish)])
+    heap: list[tuple[float, int]] = []
+    alive: set[int] = set()
+    energy, last = 0.0, None
+    for t, kind, i in ev:
+        if last is not None and t > last:
+            while heap and heap[0][1] not in alive:
+                heapq.heappop(heap)
+            if heap:
+                energy += (t - last) * -heap[0][0]
+        last = t
+        if kind == 1:
+            alive.add(i)
+            heapq.heappush(heap, (-float(power[i]), i))
+        else:
+            alive.discard(i)
+    return energy
+
+
+def _streams(start: np.ndarray, finish: np.ndarray, pl: Sequence[int], n_acc: int) -> tuple[np.ndarray, list[float]]:
+    """Stream index of each task (interval colouring per accelerator) and busy time per accelerator."""
+    stream = np.zeros(len(start), dtype=np.int64)
+    busy = [0.0] * n_acc
+    by_acc: list[list[int]] = [[] for _ in range(n_acc)]
+    for v, a in enumerate(pl):
+        by_acc[a].append(v)
+    for a, vs in enumerate(by_acc):
+        vs.sort(key=lambda v: (start[v], finish[v]))
+        free_at: list[float] = []
+        cover_end = -1.0
+        for v in vs:
+            s, f = start[v], finish[v]
+            k = next((i for i, e in enumerate(free_at) if e <= s + 1e-15), None)
+            if k is None:
+                free_at.append(f)
+                k = len(free_at) - 1
+            else:
+                free_at[k] = f
+            stream[v] = k
+            if f > cover_end:
+                busy[a] += f - max(s, cover_end)
+                cover_end = f
+    return stream, busy

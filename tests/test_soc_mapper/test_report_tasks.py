@@ -1,0 +1,44 @@
+import csv
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from soc_mapper.baselines.heuristics import heft
+from soc_mapper.report import schedule_rows, write_gantt, write_schedule_csv
+
+from .helpers import problem
+
+
+def test_schedule_csv_and_gantt(tmp_path):
+    w, soc, c = problem()
+    r = heft(w, soc, c)
+    rows = schedule_rows(w, soc, c, r.plan, r.result)
+    assert len(rows) == len(w)
+    p = tmp_path / "s.csv"
+    write_schedule_csv(str(p), rows)
+    got = list(csv.DictReader(open(p)))
+    assert {g["layer"] for g in got} == set(w.names)
+    assert max(float(g["finish_us"]) for g in got) == pytest.approx(r.result.latency * 1e6, rel=1e-4)
+    for g in got:
+        assert g["accelerator"] in {a.name for a in soc.accs}
+        assert int(g["stream"]) < soc.accs[soc.index(g["accelerator"])].streams
+    png = tmp_path / "g.png"
+    write_gantt(str(png), w, soc, r.plan, r.result)
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not [f for f in os.listdir(tmp_path) if ".tmp" in f]
+
+
+@pytest.mark.slow
+def test_hydra_experiment_writes_tables_and_gantt(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cmd = [sys.executable, "-m", "experiments.run", "experiment=soc_mapper/nlp1", "hardware=soc_large",
+           "task.copies=1", "task.time_budget_s=2", "task.algorithms=[comb,h2h_wave_greedy,heft]",
+           "task.ga.executor=serial", f"hydra.run.dir={tmp_path}"]
+    subprocess.run(cmd, cwd=root, check=True, capture_output=True, timeout=600)
+    s = json.loads((tmp_path / "summary.json").read_text())
+    assert s["soc"] == "soc_large" and s["layers"] > 0
+    for a in ("comb", "h2h_wave_greedy", "heft"):
+        assert (tmp_path / f"schedule_{a}.csv").exists() and (tmp_path / f"gantt_{a}.png").exists()
+    assert "latency_vs_h2h_wave_greedy" in s
