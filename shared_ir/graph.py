@@ -1,6 +1,8 @@
 """A DAG of ops and tensors, validated on construction, with chains, subgraphs, merging and YAML/JSON I/O."""
 from __future__ import annotations
 
+import contextlib
+import gc
 import json
 import os
 from dataclasses import dataclass
@@ -13,6 +15,19 @@ from .errors import GraphError, ShapeError, ValidationError
 from .op import CHAIN_GLUE_KINDS, Op, Tensor, TensorRole, op_from_dict
 
 FORMAT_VERSION = 1
+
+
+@contextlib.contextmanager
+def _gc_paused():
+    """Bulk IR construction allocates many small acyclic objects; with a large heap (traced torch models) the
+    cyclic GC's full passes dominated Graph.merge of 8 resnet50s (0.66 s → 0.09 s paused)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
 
 
 @dataclass(frozen=True)
@@ -235,11 +250,12 @@ class Graph:
         if len(set(prefixes)) != len(prefixes):
             raise GraphError("merge.prefixes", f"prefixes must be distinct, got {list(prefixes)}")
         ops, inputs, outputs = [], [], []
-        for g, p in zip(graphs, prefixes):
-            ops += [o.renamed(p) for o in g.topological_ops()]
-            inputs += [f"{p}/{t}" for t in g.inputs]
-            outputs += [f"{p}/{t}" for t in g.outputs]
-        return Graph(ops, inputs=inputs, outputs=outputs, name=name)
+        with _gc_paused():
+            for g, p in zip(graphs, prefixes):
+                ops += [o.renamed(p) for o in g.topological_ops()]
+                inputs += [f"{p}/{t}" for t in g.inputs]
+                outputs += [f"{p}/{t}" for t in g.outputs]
+            return Graph(ops, inputs=inputs, outputs=outputs, name=name)
 
     # --- serialisation ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -272,13 +288,16 @@ class Graph:
                 if isinstance(e, ValidationError):
                     raise
                 raise ValidationError(p, str(e)) from None
-        ops = [op_from_dict(o, tensors, f"{source}.ops[{i}]") for i, o in enumerate(d.get("ops", []))]
-        return Graph(ops, inputs=d.get("inputs"), outputs=d.get("outputs"), name=d.get("name", "graph"))
+        with _gc_paused():
+            ops = [op_from_dict(o, tensors, f"{source}.ops[{i}]") for i, o in enumerate(d.get("ops", []))]
+            return Graph(ops, inputs=d.get("inputs"), outputs=d.get("outputs"), name=d.get("name", "graph"))
 
     def to_yaml(self) -> str:
         import yaml
 
-        return yaml.safe_dump(self.to_dict(), sort_keys=False, default_flow_style=None, width=120)
+        # libyaml's C dumper when present: the pure-Python one takes ~10 s on a merged multi-model graph
+        dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+        return yaml.dump(self.to_dict(), Dumper=dumper, sort_keys=False, default_flow_style=None, width=120)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -288,7 +307,7 @@ class Graph:
         import yaml
 
         try:
-            d = yaml.safe_load(text)
+            d = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         except yaml.YAMLError as e:
             raise ValidationError(source, f"YAML does not parse: {e}") from None
         return Graph.from_dict(d, source)

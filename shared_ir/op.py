@@ -99,7 +99,10 @@ class Tensor:
         return Tensor(self.name, self.shape, self.dtype, role)
 
     def renamed(self, name: str) -> "Tensor":
-        return Tensor(name, self.shape, self.dtype, self.role)
+        new = object.__new__(Tensor)  # fields already validated; merging model copies renames thousands
+        for f, v in (("name", name), ("shape", self.shape), ("dtype", self.dtype), ("role", self.role)):
+            object.__setattr__(new, f, v)
+        return new
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,14 @@ class Access:
             raise ShapeError(f"accesses.{self.tensor.name}",
                              f"{len(self.indices)} index expressions for a tensor of rank {len(self.tensor.shape)}"
                              + (" (flat access takes one)" if self.flat else ""), self.indices)
+
+    def with_tensor(self, tensor: Tensor) -> "Access":
+        """The same access to another tensor of the same shape (renames; no re-validation)."""
+        new = object.__new__(Access)
+        object.__setattr__(new, "tensor", tensor)
+        object.__setattr__(new, "indices", self.indices)
+        object.__setattr__(new, "flat", self.flat)
+        return new
 
     @property
     def extents(self) -> tuple[int, ...]:
@@ -264,7 +275,7 @@ class Op:
         return tuple(a.tensor for a in self.inputs if a.tensor.role == TensorRole.weight)
 
     # --- derived costs ------------------------------------------------------------------------------------------
-    @property
+    @cached_property
     def points(self) -> int:
         """Number of points of the iteration space (product of all extents)."""
         return math.prod(d.extent for d in self.dims)
@@ -337,19 +348,25 @@ class Op:
         keep = set(keep)
 
         def ren(a: Access) -> Access:
-            t = a.tensor if a.tensor.name in keep else a.tensor.renamed(f"{prefix}/{a.tensor.name}")
-            return Access(t, a.indices, a.flat)
+            return a if a.tensor.name in keep else a.with_tensor(a.tensor.renamed(f"{prefix}/{a.tensor.name}"))
 
-        return Op(f"{prefix}/{self.name}", self.kind, self.dims, tuple(map(ren, self.inputs)),
-                  tuple(map(ren, self.outputs)), self.attrs, self.flops_per_point)
+        return self._copy(name=f"{prefix}/{self.name}", inputs=tuple(map(ren, self.inputs)),
+                          outputs=tuple(map(ren, self.outputs)))
 
     def with_tensor_renames(self, mapping: Mapping[str, str]) -> "Op":
         def ren(a: Access) -> Access:
             n = mapping.get(a.tensor.name)
-            return Access(a.tensor.renamed(n), a.indices, a.flat) if n else a
+            return a.with_tensor(a.tensor.renamed(n)) if n else a
 
-        return Op(self.name, self.kind, self.dims, tuple(map(ren, self.inputs)), tuple(map(ren, self.outputs)),
-                  self.attrs, self.flops_per_point)
+        return self._copy(inputs=tuple(map(ren, self.inputs)), outputs=tuple(map(ren, self.outputs)))
+
+    def _copy(self, **changes: Any) -> "Op":
+        """A copy with some fields replaced, skipping re-validation: renaming tensors or the op cannot make a valid
+        loop nest invalid, and merging many model copies would otherwise re-check every index range."""
+        new = object.__new__(Op)
+        for f in ("name", "kind", "dims", "inputs", "outputs", "attrs", "flops_per_point"):
+            object.__setattr__(new, f, changes.get(f, getattr(self, f)))
+        return new
 
     # --- serialisation ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
