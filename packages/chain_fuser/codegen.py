@@ -1,0 +1,492 @@
+"""TVM code generation for GEMM chains (and attention): TensorIR from ``te.create_prim_func`` scheduled with
+``tvm.s_tir.Schedule`` so that the plan's order and tiles are realised.
+
+Kernel structure (fused):
+
+* ``Bp``/``Dp``: B and D packed into column panels of ``nr`` (the micro kernel's vector width × registers), zero
+  padded to multiples of ``nr``: one contiguous vector load per k step.
+* the second GEMM's loops are split by the plan's tiles and reordered in the plan's order; the first GEMM (and the
+  glue) is ``compute_at`` the innermost prefix loop, so the intermediate is compacted to its live tile.
+* inner loops of both GEMMs: ``row tiles, column tiles, reduction, mr (unrolled), nr (vectorised)``: an mr×nr
+  block of accumulators kept in vector registers, one broadcast + ``nr/lanes`` FMAs per row per k step.
+* batch and the leading data-parallel prefix loops are fused and run in parallel.
+
+Odd sizes are padded (M to mr, L and N to nr inside the kernel by the packing, zero columns/rows contribute
+nothing; padded l columns are masked out of the softmax) and the caller slices the result back.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from .model import MicroKernel, Plan
+from .spec import GemmChain
+
+
+def _pad(x: int, g: int) -> int:
+    return -(-x // g) * g
+
+
+@dataclass(frozen=True)
+class GemmKernelShape:
+    """Padded sizes the generated kernel works on."""
+
+    batch: int
+    M: int
+    Mp: int
+    K: int
+    L: int
+    Lp: int
+    N: int
+    Np: int
+    mr: int
+    nr: int
+
+
+def kernel_shape(spec: GemmChain, mk: MicroKernel) -> GemmKernelShape:
+    return GemmKernelShape(spec.batch, spec.M, _pad(spec.M, mk.mr), spec.K, spec.L, _pad(spec.L, mk.nr), spec.N,
+                           _pad(spec.N, mk.nr), mk.mr, mk.nr)
+
+
+@functools.lru_cache(maxsize=4)
+def target(mcpu: str | None = None, cores: int | None = None):
+    """The LLVM target for this host: ``mcpu`` from LLVM's host detection, ``num-cores`` = usable cores."""
+    import tvm
+
+    from shared_ir.hostinfo import num_cores
+
+    if mcpu is None:
+        mcpu = _host_mcpu()
+    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": int(cores or num_cores())})
+
+
+def _host_mcpu() -> str:
+    import tvm
+
+    try:
+        f = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUName", allow_missing=True)
+        if f is not None:
+            name = str(f())
+            if name and name != "generic":
+                return name
+    except Exception:  # pragma: no cover - depends on the LLVM build
+        pass
+    from .hw import isa
+
+    return {"avx512": "skylake-avx512", "avx2": "haswell"}.get(isa(), "x86-64")
+
+
+def _glue(C, spec: GemmChain, name: str = "P", bias=None):
+    """The op between the GEMMs as a stage over C's tile: scale, bias (over l), then relu/gelu."""
+    from tvm import te, tirx
+
+    L = spec.L
+
+    def pre(i, m, l):
+        x = C[i, m, l] * spec.scale if spec.scale != 1.0 else C[i, m, l]
+        # padded columns (l >= L) meet zero rows of Dp: whatever they hold contributes nothing
+        return x + bias[tirx.min(l, L - 1)] if bias is not None else x
+
+    if spec.glue == "relu":
+        return te.compute(C.shape, lambda i, m, l: tirx.max(pre(i, m, l), tirx.const(0, "float32")), name=name)
+    if spec.glue == "gelu":
+        def g(i, m, l):
+            x = pre(i, m, l)
+            return x * 0.5 * (1.0 + tirx.erf(x * (1.0 / math.sqrt(2.0))))
+        return te.compute(C.shape, g, name=name)
+    if spec.glue == "scale" or spec.scale != 1.0 or bias is not None:
+        return te.compute(C.shape, pre, name=name)
+    return None
+
+
+def gemm_chain_te(spec: GemmChain, mk: MicroKernel, fused_inputs_padded: bool = True):
+    """TE of the padded chain. Returns (args, stages) where stages names every compute by role."""
+    from tvm import te, tirx
+
+    ks = kernel_shape(spec, mk)
+    b, Mp, K, L, Lp, N, Np, nr = ks.batch, ks.Mp, ks.K, ks.L, ks.Lp, ks.N, ks.Np, ks.nr
+    A = te.placeholder((b, Mp, K), "float32", name="A")
+    B = te.placeholder((b, L, K) if spec.bt else (b, K, L), "float32", name="B")
+    Bat = (lambda i, k, l: B[i, l, k]) if spec.bt else (lambda i, k, l: B[i, k, l])
+    D = te.placeholder((b, N, L) if spec.dt else (b, L, N), "float32", name="D")
+    Dat = (lambda i, l, n: D[i, n, l]) if spec.dt else (lambda i, l, n: D[i, l, n])
+    b1 = te.placeholder((L,), "float32", name="b1") if spec.bias1 else None
+    zero = tirx.const(0.0, "float32")
+    Bp = te.compute((b, Lp // nr, K, nr),
+                    lambda i, lo, k, li: tirx.if_then_else(lo * nr + li < L, Bat(i, k, tirx.min(lo * nr + li, L - 1)), zero)
+                    if Lp != L else Bat(i, k, lo * nr + li), name="Bp")
+    Dp = te.compute((b, Np // nr, Lp, nr),
+                    lambda i, no, l, ni: tirx.if_then_else(tirx.all(l < L, no * nr + ni < N),
+                                                          Dat(i, tirx.min(l, L - 1), tirx.min(no * nr + ni, N - 1)), zero)
+                    if (Np != N or Lp != L) else Dat(i, l, no * nr + ni), name="Dp")
+    k = te.reduce_axis((0, K), name="k")
+    C = te.compute((b, Mp, Lp), lambda i, m, l: te.sum(A[i, m, k] * Bp[i, l // nr, k, l % nr], axis=k), name="C")
+    stages: dict[str, Any] = {"Bp": Bp, "Dp": Dp, "C": C}
+    if spec.glue == "softmax":
+        from tvm import topi
+
+        V = 16 if Lp % 16 == 0 else 1
+        neg = tirx.const(-3.0e38, "float32")
+        lv = te.reduce_axis((0, Lp // V), name="lv")
+        mxv = te.compute((b, Mp, V), lambda i, m, v: te.max(
+            tirx.if_then_else(lv * V + v < L, C[i, m, lv * V + v], neg), axis=lv), name="mxv")
+        vv = te.reduce_axis((0, V), name="vv")
+        mx = te.compute((b, Mp), lambda i, m: te.max(mxv[i, m, vv], axis=vv), name="mx")
+        X = te.compute((b, Mp, Lp), lambda i, m, l: tirx.if_then_else(l < L, (C[i, m, l] - mx[i, m]) * spec.scale,
+                                                                      tirx.const(-80.0, "float32")), name="X")
+        P = topi.fast_exp(X)
+        lv2 = te.reduce_axis((0, Lp // V), name="lv2")
+        smv = te.compute((b, Mp, V), lambda i, m, v: te.sum(
+            tirx.if_then_else(lv2 * V + v < L, P[i, m, lv2 * V + v], zero), axis=lv2), name="smv")
+        vv2 = te.reduce_axis((0, V), name="vv2")
+        sm = te.compute((b, Mp), lambda i, m: te.sum(smv[i, m, vv2], axis=vv2), name="sm")
+        l2 = te.reduce_axis((0, Lp), name="l2")
+        Eacc = te.compute((b, Mp, Np), lambda i, m, n: te.sum(P[i, m, l2] * Dp[i, n // nr, l2, n % nr], axis=l2),
+                          name="Eacc")
+        E = te.compute((b, Mp, Np), lambda i, m, n: Eacc[i, m, n] / sm[i, m], name="E")
+        stages.update({"mxv": mxv, "mx": mx, "X": X, "P": P, "smv": smv, "sm": sm, "E2": Eacc, "out": E})
+    else:
+        P = _glue(C, spec, bias=b1)
+        src = P if P is not None else C
+        l2 = te.reduce_axis((0, Lp), name="l2")
+        E = te.compute((b, Mp, Np), lambda i, m, n: te.sum(src[i, m, l2] * Dp[i, n // nr, l2, n % nr], axis=l2),
+                       name="E")
+        if P is not None:
+            stages["P"] = P
+        stages.update({"E2": E, "out": E})
+    return [A, B, D] + ([b1] if b1 is not None else []) + [E], stages
+
+
+def attention_blocked_te(spec: GemmChain, mk: MicroKernel, Tl: int):
+    """Attention with the l loop tiled (online softmax, block form): per l block of ``Tl`` columns the scores S,
+    their row max mb, P = exp(S - mb), the row sum sb and the partial output Ob = P·V; afterwards the blocks are
+    combined with the rescaling factors exp(mb - max): O = Σ_b e_b·Ob / Σ_b e_b·sb. Only a Tm×Tl score tile and the
+    Tm×N partial outputs are live: the chain's intermediate never exists whole."""
+    from tvm import te, tirx, topi
+
+    ks = kernel_shape(spec, mk)
+    b, Mp, K, L, Lp, N, Np, nr = ks.batch, ks.Mp, ks.K, ks.L, ks.Lp, ks.N, ks.Np, ks.nr
+    nb = Lp // Tl
+    A = te.placeholder((b, Mp, K), "float32", name="A")
+    B = te.placeholder((b, L, K) if spec.bt else (b, K, L), "float32", name="B")
+    Bat = (lambda i, k, l: B[i, l, k]) if spec.bt else (lambda i, k, l: B[i, k, l])
+    D = te.placeholder((b, N, L) if spec.dt else (b, L, N), "float32", name="D")
+    Dat = (lambda i, l, n: D[i, n, l]) if spec.dt else (lambda i, l, n: D[i, l, n])
+    zero = tirx.const(0.0, "float32")
+    neg = tirx.const(-3.0e38, "float32")
+    Bp = te.compute((b, Lp // nr, K, nr), lambda i, lo, k, li: tirx.if_then_else(
+        lo * nr + li < L, Bat(i, k, tirx.min(lo * nr + li, L - 1)), zero), name="Bp")
+    Dp = te.compute((b, Np // nr, Lp, nr), lambda i, no, l, ni: tirx.if_then_else(
+        tirx.all(l < L, no * nr + ni < N), Dat(i, tirx.min(l, L - 1), tirx.min(no * nr + ni, N - 1)), zero), name="Dp")
+    k = te.reduce_axis((0, K), name="k")
+    pb = Tl // nr
+    S = te.compute((b, Mp, nb, Tl), lambda i, m, lb, li: te.sum(
+        A[i, m, k] * Bp[i, lb * pb + li // nr, k, li % nr], axis=k), name="C")
+    V = 16 if Tl % 16 == 0 else 1
+    lv = te.reduce_axis((0, Tl // V), name="lv")
+    mbv = te.compute((b, Mp, nb, V), lambda i, m, lb, v: te.max(tirx.if_then_else(
+        lb * Tl + lv * V + v < L, S[i, m, lb, lv * V + v], neg), axis=lv), name="mbv")
+    vv = te.reduce_axis((0, V), name="vv")
+    mb = te.compute((b, Mp, nb), lambda i, m, lb: te.max(mbv[i, m, lb, vv], axis=vv), name="mb")
+    X = te.compute((b, Mp, nb, Tl), lambda i, m, lb, li: tirx.if_then_else(
+        lb * Tl + li < L, (S[i, m, lb, li] - mb[i, m, lb]) * spec.scale, tirx.const(-80.0, "float32")), name="X")
+    P = topi.fast_exp(X)
+    lv2 = te.reduce_axis((0, Tl // V), name="lv2")
+    sbv = te.compute((b, Mp, nb, V), lambda i, m, lb, v: te.sum(tirx.if_then_else(
+        lb * Tl + lv2 * V + v < L, P[i, m, lb, lv2 * V + v], zero), axis=lv2), name="sbv")
+    vv2 = te.reduce_axis((0, V), name="vv2")
+    sb = te.compute((b, Mp, nb), lambda i, m, lb: te.sum(sbv[i, m, lb, vv2], axis=vv2), name="sb")
+    li2 = te.reduce_axis((0, Tl), name="li2")
+    Ob = te.compute((b, Mp, nb, Np), lambda i, m, lb, n: te.sum(
+        P[i, m, lb, li2] * Dp[i, n // nr, lb * Tl + li2, n % nr], axis=li2), name="Ob")
+    r1 = te.reduce_axis((0, nb), name="r1")
+    Mx = te.compute((b, Mp), lambda i, m: te.max(mb[i, m, r1], axis=r1), name="Mx")
+    Ew = te.compute((b, Mp, nb), lambda i, m, lb: tirx.exp((mb[i, m, lb] - Mx[i, m]) * spec.scale), name="Ew")
+    r2 = te.reduce_axis((0, nb), name="r2")
+    Ss = te.compute((b, Mp), lambda i, m: te.sum(Ew[i, m, r2] * sb[i, m, r2], axis=r2), name="Ss")
+    r3 = te.reduce_axis((0, nb), name="r3")
+    Eacc = te.compute((b, Mp, Np), lambda i, m, n: te.sum(Ew[i, m, r3] * Ob[i, m, r3, n], axis=r3), name="Eacc")
+    E = te.compute((b, Mp, Np), lambda i, m, n: Eacc[i, m, n] / Ss[i, m], name="E")
+    st = {"Bp": Bp, "Dp": Dp, "C": S, "mbv": mbv, "mb": mb, "X": X, "P": P, "sbv": sbv, "sb": sb, "Ob": Ob,
+          "Mx": Mx, "Ew": Ew, "Ss": Ss, "Eacc": Eacc, "out": E}
+    return [A, B, D, E], st
+
+
+def _schedule_attention_blocked(spec: GemmChain, plan: Plan, T: dict[str, int]):
+    from tvm import s_tir, te
+
+    mk = plan.micro
+    ks = kernel_shape(spec, mk)
+    mr, nr, lanes = mk.mr, mk.nr, mk.vector_lanes
+    Tl = T["l"]
+    args, st = attention_blocked_te(spec, mk, Tl)
+    sch = s_tir.Schedule(te.create_prim_func(args))
+    name = _block_name
+    for nm in ("Bp", "Dp"):
+        blk = sch.get_sblock(nm)
+        loops = sch.get_loops(blk)
+        sch.parallel(sch.fuse(loops[0], loops[1]))
+        if nr % lanes == 0:
+            _, vi = sch.split(loops[-1], [None, lanes])
+            sch.vectorize(vi)
+    out = sch.get_sblock("E")
+    bo, m_l, n_l = sch.get_loops(out)
+    mo, _ = sch.split(m_l, [None, T["m"]])
+    par = sch.fuse(bo, mo)
+    sch.parallel(par)
+    if ks.Np % lanes == 0:
+        _, v = sch.split(sch.get_loops(out)[-1], [None, lanes])
+        sch.vectorize(v)
+    # every stage at the row block; then the per-l-block stages' block loops are merged into one loop, so that
+    # per block S, its max, P, its sum and Ob = P·V are computed together and S/P only ever hold one block
+    sch.compute_inline(sch.get_sblock(name(st["X"])))
+    per_block = ("C", "mbv", "mb", "P", "sbv", "sb", "Ob")
+    for nm in ("Eacc", "Ss", "Ew", "Mx"):
+        sch.compute_at(sch.get_sblock(name(st[nm])), par, preserve_unit_loops=True)
+    for nm in reversed(per_block):  # each at the first possible point: the per-block stages end up together, first
+        sch.compute_at(sch.get_sblock(name(st[nm])), par, preserve_unit_loops=True, index=-2)
+    lbs = []
+    for nm in per_block:
+        blk = sch.get_sblock(name(st[nm]))
+        loops = sch.get_loops(blk)
+        b_l, m_l, lb_l = loops[1], loops[2], loops[3]
+        sch.reorder(lb_l, b_l, m_l)
+        lbs.append(lb_l)
+    sch.merge(*lbs)
+    ob = sch.get_sblock(name(st["Ob"]))
+    _, _, m_l, n_l, li = sch.get_loops(ob)[-5:]
+    m1, m2 = sch.split(m_l, [None, mr])
+    n1, n2 = sch.split(n_l, [None, nr])
+    sch.reorder(m1, n1, li, m2, n2)
+    sch.unroll(m2)
+    sch.vectorize(n2)
+    sch.decompose_reduction(ob, m1)
+    for nm in ("sbv", "mbv"):
+        blk = sch.get_sblock(name(st[nm]))
+        loops = sch.get_loops(blk)
+        sch.reorder(loops[-1], loops[-2])
+        loops = sch.get_loops(blk)
+        if int(sch.get(loops[-1]).extent) > 1:
+            sch.vectorize(loops[-1])
+        sch.decompose_reduction(blk, loops[-2])
+    pblk = sch.get_sblock(name(st["P"]))
+    if Tl % lanes == 0:
+        _, v = sch.split(sch.get_loops(pblk)[-1], [None, lanes])
+        sch.vectorize(v)
+    cblk = sch.get_sblock("C")
+    _, cm, cl, ck = sch.get_loops(cblk)[-4:]
+    c1m, c2m = sch.split(cm, [None, mr])
+    c1l, c2l = sch.split(cl, [None, nr])
+    sch.reorder(c1m, c1l, ck, c2m, c2l)
+    sch.unroll(c2m)
+    sch.vectorize(c2l)
+    sch.decompose_reduction(cblk, c1m)
+    blk = sch.get_sblock(name(st["Eacc"]))
+    loops = sch.get_loops(blk)
+    sch.reorder(loops[-1], loops[-2])  # (.., m, n, r) -> (.., m, r, n): n innermost, vectorised
+    loops = sch.get_loops(blk)
+    if ks.Np % lanes == 0:
+        _, v = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(v)
+    sch.decompose_reduction(blk, loops[-2])
+    return sch.mod
+
+
+
+def _block_name(t) -> str:
+    return t.op.name
+
+
+def _tiles(spec: GemmChain, plan: Plan, ks: GemmKernelShape) -> tuple[list[str], dict[str, int]]:
+    """The plan's fused-level order over (m, l, k, n) and its tiles, fitted to the padded extents."""
+    lp = plan.fused
+    order = [d for d in lp.order if d in ("m", "l", "k", "n")]
+    order += [d for d in ("m", "l", "k", "n") if d not in order]  # dims of extent 1 are not in the plan's order
+    ext = {"m": ks.Mp, "l": ks.Lp, "n": ks.Np, "k": ks.K}
+    gran = {"m": ks.mr, "l": ks.nr, "n": ks.nr, "k": 1}
+    T = {d: _fit_tile(ext[d], int(lp.tiles.get(d, ext[d])), gran[d]) for d in ext}
+    return order, T
+
+
+def _gemm_root(sch, blk, T_row, T_col, T_red, mr, nr, col_first=False):
+    """One GEMM at root with the micro kernel: parallel over (batch, row tiles); col tiles, red tiles, micro."""
+    b, r, c, k = sch.get_loops(blk)
+    ro, ri = sch.split(r, [None, T_row])
+    r1, r2 = sch.split(ri, [None, mr])
+    co, ci = sch.split(c, [None, T_col])
+    c1, c2 = sch.split(ci, [None, nr])
+    ko, ki = sch.split(k, [None, T_red])
+    sch.reorder(b, ro, co, ko, r1, c1, ki, r2, c2)
+    par = sch.fuse(b, ro)
+    sch.parallel(par)
+    sch.unroll(r2)
+    sch.vectorize(c2)
+    sch.decompose_reduction(blk, co)
+
+
+def _elementwise_root(sch, blk, lanes):
+    loops = sch.get_loops(blk)
+    sch.parallel(sch.fuse(loops[0], loops[1]))
+    ext = sch.get(loops[-1]).extent
+    if int(ext) % lanes == 0:
+        _, v = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(v)
+
+
+def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
+    """A scheduled IRModule for the chain. ``fused=False`` gives the same micro kernel on two separate GEMMs
+    (the intermediate goes to memory): the benchmark's "TVM unfused, same micro kernel" variant."""
+    from tvm import s_tir, te
+
+    mk = plan.micro
+    ks = kernel_shape(spec, mk)
+    args, st = gemm_chain_te(spec, mk)
+    sch = s_tir.Schedule(te.create_prim_func(args))
+    mr, nr, lanes = mk.mr, mk.nr, mk.vector_lanes
+    order, T = _tiles(spec, plan, ks)
+    softmax = spec.glue == "softmax"
+    prefix = _prefix(order)
+    if softmax and fused and "l" in prefix and T["l"] < ks.Lp:
+        return _schedule_attention_blocked(spec, plan, T)
+    for name in ("Bp", "Dp"):  # packing: parallel over batch × panels, vectorised along the panel
+        blk = sch.get_sblock(name)
+        loops = sch.get_loops(blk)
+        sch.parallel(sch.fuse(loops[0], loops[1]))
+        if nr % lanes == 0:
+            _, vi = sch.split(loops[-1], [None, lanes])
+            sch.vectorize(vi)
+    e2 = sch.get_sblock(_block_name(st["E2"]))
+    cblk = sch.get_sblock("C")
+    if not fused:
+        _gemm_root(sch, cblk, T["m"], T["l"], T["k"], mr, nr)
+        if softmax:
+            # every stage at root: the score matrix goes to memory, softmax passes over it, then GEMM 2
+            for name in ("mxv", "smv"):
+                blk = sch.get_sblock(_block_name(st[name]))
+                loops = sch.get_loops(blk)
+                sch.reorder(loops[-1], loops[-2])
+                loops = sch.get_loops(blk)
+                sch.parallel(sch.fuse(loops[0], loops[1]))
+                if int(sch.get(loops[-1]).extent) > 1:
+                    sch.vectorize(loops[-1])
+                sch.decompose_reduction(blk, loops[-2])
+            for name in ("X", "P"):
+                _elementwise_root(sch, sch.get_sblock(_block_name(st[name])), lanes)
+            _gemm_root(sch, e2, T["m"], T["n"], ks.Lp, mr, nr)
+            _elementwise_root(sch, sch.get_sblock("E"), lanes)
+            return sch.mod
+        if "P" in st:
+            _elementwise_root(sch, sch.get_sblock(_block_name(st["P"])), lanes)
+        _gemm_root(sch, e2, T["m"], T["n"], T["l"], mr, nr)
+        return sch.mod
+    if softmax:
+        # E = Eacc / sm is the output: tile its m (the fused loop); everything else is computed at the m tile
+        out_blk = sch.get_sblock("E")
+        bo, m_l, n_l = sch.get_loops(out_blk)
+        mo, _ = sch.split(m_l, [None, T["m"]])
+        par = sch.fuse(bo, mo)
+        sch.parallel(par)
+        if ks.Np % lanes == 0:
+            _, v = sch.split(sch.get_loops(out_blk)[-1], [None, lanes])
+            sch.vectorize(v)
+        sch.compute_at(e2, par, preserve_unit_loops=True)
+        _, m_l, n_l, l_l = sch.get_loops(e2)[-4:]
+        m1, m2 = sch.split(m_l, [None, mr])
+        no, ni = sch.split(n_l, [None, T["n"]])
+        n1, n2 = sch.split(ni, [None, nr])
+        lo, li = sch.split(l_l, [None, T["l"]])
+        rest = {"n": no, "l": lo}
+        sch.reorder(*[rest[d] for d in order if d in rest], m1, n1, li, m2, n2)
+        sch.unroll(m2)
+        sch.vectorize(n2)
+        sch.decompose_reduction(e2, [rest[d] for d in order if d in rest][0])
+        sch.compute_inline(sch.get_sblock(_block_name(st["X"])))  # (C - max)·scale feeds exp directly
+        for name in ("sm", "smv", "P", "mx", "mxv"):
+            sch.compute_at(sch.get_sblock(_block_name(st[name])), par, preserve_unit_loops=True)
+        for name in ("smv", "mxv"):
+            blk = sch.get_sblock(_block_name(st[name]))
+            loops = sch.get_loops(blk)
+            sch.reorder(loops[-1], loops[-2])  # (.., v, lv) -> (.., lv, v): v is data parallel, vectorise it
+            loops = sch.get_loops(blk)
+            if int(sch.get(loops[-1]).extent) > 1:
+                sch.vectorize(loops[-1])
+            sch.decompose_reduction(blk, loops[-2])
+        blk = sch.get_sblock(_block_name(st["P"]))
+        loops = sch.get_loops(blk)
+        if ks.Lp % lanes == 0:
+            _, v = sch.split(loops[-1], [None, lanes])
+            sch.vectorize(v)
+        c_attach = par
+        c_prefix = ["m"]
+    else:
+        bo, m_l, n_l, l_l = sch.get_loops(e2)
+        mo, mi = sch.split(m_l, [None, T["m"]])
+        no, ni = sch.split(n_l, [None, T["n"]])
+        lo, li = sch.split(l_l, [None, T["l"]])
+        m1, m2 = sch.split(mi, [None, mr])
+        n1, n2 = sch.split(ni, [None, nr])
+        outer = {"m": mo, "n": no, "l": lo}
+        e_order = [outer[d] for d in order if d in outer]
+        sch.reorder(bo, *e_order, m1, n1, li, m2, n2)
+        sch.unroll(m2)
+        sch.vectorize(n2)
+        # parallel: batch, and m when it leads (l is GEMM 2's reduction, n would race nothing but splits C)
+        if e_order[0] is mo:
+            par = sch.fuse(bo, mo)
+            outer["m"] = par
+        else:
+            par = bo
+        sch.parallel(par)
+        sch.decompose_reduction(e2, sch.get_loops(e2)[1])
+        c_prefix = prefix
+        c_attach = outer[prefix[-1]] if prefix else par
+        if "P" in st:
+            sch.compute_at(sch.get_sblock(_block_name(st["P"])), c_attach, preserve_unit_loops=True)
+            pblk = sch.get_sblock(_block_name(st["P"]))
+            ploops = sch.get_loops(pblk)
+            if int(sch.get(ploops[-1]).extent) % lanes == 0:
+                _, v = sch.split(ploops[-1], [None, lanes])
+                sch.vectorize(v)
+    sch.compute_at(cblk, c_attach, preserve_unit_loops=True)
+    _, cm, cl_l, ck = sch.get_loops(cblk)[-4:]
+    c1m, c2m = sch.split(cm, [None, mr])
+    c_lo, c_li = sch.split(cl_l, [None, T["l"]])
+    c1l, c2l = sch.split(c_li, [None, nr])
+    cko, cki = sch.split(ck, [None, T["k"]])
+    rest = {"l": c_lo, "k": cko}
+    c_order = [rest[d] for d in order if d in rest and d not in c_prefix]
+    if "l" in c_prefix:
+        c_order = [c_lo] + c_order
+    sch.reorder(*c_order, c1m, c1l, cki, c2m, c2l)
+    sch.unroll(c2m)
+    sch.vectorize(c2l)
+    sch.decompose_reduction(cblk, c_order[0])
+    return sch.mod
+
+
+def _prefix(order) -> list[str]:
+    out = []
+    for d in order:
+        if d in ("m", "l"):
+            out.append(d)
+        else:
+            break
+    return out
+
+
+def _fit_tile(extent: int, tile: int, gran: int) -> int:
+    """The largest multiple of ``gran`` that divides ``extent`` and is ≤ ``tile`` (≥ gran)."""
+    tile = max(gran, min(tile, extent))
+    best = gran
+    for t in range(gran, tile + 1, gran):
+        if extent % t == 0:
+            best = t
+    return best
+
+
+def build(mod, tgt=None):
+    import tvm
+
+    return tvm.build(mod, target=tgt or target())

@@ -1,0 +1,41 @@
+"""Structured configs of chain_fuser's experiments (validated on construction; errors name the field)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shared_ir.errors import ValidationError
+
+
+@dataclass
+class ChainsExperiment:
+    """Parameters of ``experiment=chain_fuser/gemm_chains`` and ``chain_fuser/conv_chains``."""
+
+    shapes: list[str] | None = None
+    """Shape names of the suite to run (null: all of them)."""
+    top_k: int = 4
+    """Plans of the model compiled and timed per shape (measured re-ranking)."""
+    repeat: int = 5
+    """Timing repeats (median reported)."""
+    budget_s: float = 0.5
+    """Seconds of timing per shape and variant set."""
+    unfused: bool = True
+    """Also time TVM without fusion using the same micro kernel."""
+    scale: str = "small"
+    """small or full: the conv suite's shape sizes (full: the reference's)."""
+    plots: bool = True
+    """Write the bar plot of speedups."""
+    extra: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not isinstance(self.top_k, int) or self.top_k < 1:
+            raise ValidationError("task.top_k", f"must be an integer >= 1, got {self.top_k!r}", self.top_k)
+        if not isinstance(self.repeat, int) or self.repeat < 1:
+            raise ValidationError("task.repeat", f"must be an integer >= 1, got {self.repeat!r}", self.repeat)
+        if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
+            raise ValidationError("task.budget_s", f"must be > 0, got {self.budget_s!r}", self.budget_s)
+        if self.scale not in ("small", "full"):
+            raise ValidationError("task.scale", f"must be small or full, got {self.scale!r}", self.scale)
+        if self.shapes is not None:
+            if isinstance(self.shapes, str) or not all(isinstance(s, str) for s in self.shapes):
+                raise ValidationError("task.shapes", f"must be a list of shape names, got {self.shapes!r}", self.shapes)
+            self.shapes = list(self.shapes)

@@ -1,0 +1,198 @@
+"""TVM code generation for conv→conv chains (stride 1, 'same' padding, optional biases and ReLU between).
+
+Layouts inside the kernel: the input zero-padded (by both convs' halos), weights packed as ``[k/nr, c, r, s, nr]``
+(one vector load per reduction step), the intermediate in ``NCHW[nr]c`` (a broadcast per reduction step of conv2),
+the output accumulated in ``NCHW[nr]c`` and unpacked to NCHW right after each tile. The micro kernel is the GEMM
+one: ``mr`` output columns × ``nr`` output channels of accumulators.
+
+Fusion: the plan's spatial tiles (p rows × q columns) are the fused loop: per tile, conv1 computes the rows and
+columns conv2 needs (its halo is recomputed by neighbouring tiles), the ReLU/bias/border mask is applied, and
+conv2 runs on it. Channel loops stay inside the tile (conv2 needs every channel of the intermediate).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .model import Plan
+from .spec import ConvChain
+
+
+def _pad(x: int, g: int) -> int:
+    return -(-x // g) * g
+
+
+@dataclass(frozen=True)
+class ConvKernelShape:
+    N: int
+    C: int
+    H: int
+    W: int
+    Wp: int
+    K1: int
+    K1p: int
+    K2: int
+    K2p: int
+    mr: int
+    nr: int
+
+
+def conv_kernel_shape(spec: ConvChain, plan: Plan) -> ConvKernelShape:
+    mr, nr = plan.micro.mr, plan.micro.nr
+    return ConvKernelShape(spec.N, spec.C, spec.H, spec.W, _pad(spec.W, mr), spec.K1, _pad(spec.K1, nr), spec.K2,
+                           _pad(spec.K2, nr), mr, nr)
+
+
+def conv_chain_te(spec: ConvChain, plan: Plan):
+    from tvm import te, tirx
+
+    ks = conv_kernel_shape(spec, plan)
+    nr = ks.nr
+    N, C, H, W, Wp = ks.N, ks.C, ks.H, ks.W, ks.Wp
+    R1, S1, R2, S2 = spec.R1, spec.S1, spec.R2, spec.S2
+    h2, w2 = R2 // 2, S2 // 2
+    h1, w1 = R1 // 2, S1 // 2
+    # the intermediate covers conv2's halo: rows -h2..H+h2, cols -w2..Wp+w2 (outside: zero, as conv2's padding)
+    Ht, Wt = H + 2 * h2, Wp + 2 * w2
+    I = te.placeholder((N, C, H, W), "float32", name="I")
+    W1 = te.placeholder((spec.K1, C, R1, S1), "float32", name="W1")
+    W2 = te.placeholder((spec.K2, spec.K1, R2, S2), "float32", name="W2")
+    args = [I, W1, W2]
+    b1 = te.placeholder((spec.K1,), "float32", name="b1") if spec.bias1 else None
+    b2 = te.placeholder((spec.K2,), "float32", name="b2") if spec.bias2 else None
+    args += [t for t in (b1, b2) if t is not None]
+    zero = tirx.const(0.0, "float32")
+    oh, ow = h1 + h2, w1 + w2  # total halo of the padded input
+    Ip = te.compute((N, C, H + 2 * oh, Wp + 2 * ow + S1),
+                    lambda n, c, y, x: tirx.if_then_else(
+                        tirx.all(y >= oh, y < H + oh, x >= ow, x < W + ow),
+                        I[n, c, tirx.max(tirx.min(y - oh, H - 1), 0), tirx.max(tirx.min(x - ow, W - 1), 0)], zero),
+                    name="Ip")
+    W1p = te.compute((ks.K1p // nr, C, R1, S1, nr),
+                     lambda ko, c, r, s, ki: tirx.if_then_else(ko * nr + ki < spec.K1,
+                                                               W1[tirx.min(ko * nr + ki, spec.K1 - 1), c, r, s], zero),
+                     name="W1p")
+    W2p = te.compute((ks.K2p // nr, ks.K1p, R2, S2, nr),
+                     lambda ko, c, r, s, ki: tirx.if_then_else(
+                         tirx.all(ko * nr + ki < spec.K2, c < spec.K1),
+                         W2[tirx.min(ko * nr + ki, spec.K2 - 1), tirx.min(c, spec.K1 - 1), r, s], zero), name="W2p")
+    c = te.reduce_axis((0, C), name="c")
+    r = te.reduce_axis((0, R1), name="r")
+    s = te.reduce_axis((0, S1), name="s")
+    # T[n, ko, y, x, ki] is conv1's output at row y - h2, column x - w2
+    T = te.compute((N, ks.K1p // nr, Ht, Wt, nr),
+                   lambda n, ko, y, x, ki: te.sum(Ip[n, c, y + r, x + s] * W1p[ko, c, r, s, ki], axis=[c, r, s]),
+                   name="T")
+
+    def act(n, ko, y, x, ki):
+        v = T[n, ko, y, x, ki]
+        if b1 is not None:
+            v = v + b1[tirx.min(ko * nr + ki, spec.K1 - 1)]
+        if spec.glue == "relu":
+            v = tirx.max(v, zero)
+        inside = tirx.all(y >= h2, y < H + h2, x >= w2, x < W + w2)
+        return tirx.if_then_else(inside, v, zero)
+
+    U = te.compute(T.shape, act, name="U")
+    c2 = te.reduce_axis((0, ks.K1p), name="c2")
+    r2 = te.reduce_axis((0, R2), name="r2")
+    s2 = te.reduce_axis((0, S2), name="s2")
+    O2 = te.compute((N, ks.K2p // nr, H, Wp, nr),
+                    lambda n, ko, y, x, ki: te.sum(U[n, c2 // nr, y + r2, x + s2, c2 % nr] * W2p[ko, c2, r2, s2, ki],
+                                                   axis=[c2, r2, s2]), name="O2")
+
+    def unpack(n, k, y, x):
+        v = O2[n, k // nr, y, x, k % nr]
+        return v + b2[k] if b2 is not None else v
+
+    O = te.compute((N, spec.K2, H, W), unpack, name="O")
+    return args + [O], {"Ip": Ip, "W1p": W1p, "W2p": W2p, "T": T, "U": U, "O2": O2, "O": O}, ks
+
+
+def _tiles(spec: ConvChain, plan: Plan, ks: ConvKernelShape) -> dict[str, int]:
+    from .codegen import _fit_tile
+
+    t = plan.fused.tiles
+    return {"p": _fit_tile(ks.H, int(t.get("p", ks.H)), 1),
+            "q": _fit_tile(ks.Wp, max(ks.mr, int(t.get("q", ks.Wp))), ks.mr)}
+
+
+def _conv_micro(sch, blk, mr, nr, lanes, spatial_loops_from: int):
+    """Loops (.., ko, y, x, ki, c, r, s) below the attach point → ko, y, x/mr, c, r, s, x%mr (unroll), ki (vec)."""
+    loops = sch.get_loops(blk)[spatial_loops_from:]
+    ko, y, x, ki, c, r, s = loops[-7:]
+    xo, xi = sch.split(x, [None, mr])
+    sch.reorder(ko, y, xo, c, r, s, xi, ki)
+    sch.unroll(xi)
+    sch.vectorize(ki)
+    return ko
+
+
+def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
+    from tvm import s_tir, te
+
+    args, st, ks = conv_chain_te(spec, plan)
+    sch = s_tir.Schedule(te.create_prim_func(args))
+    mr, nr, lanes = plan.micro.mr, plan.micro.nr, plan.micro.vector_lanes
+    T = _tiles(spec, plan, ks)
+    for name in ("W1p", "W2p"):
+        blk = sch.get_sblock(name)
+        loops = sch.get_loops(blk)
+        sch.parallel(loops[0])
+        if nr % lanes == 0:
+            _, v = sch.split(loops[-1], [None, lanes])
+            sch.vectorize(v)
+    ip = sch.get_sblock("Ip")
+    loops = sch.get_loops(ip)
+    sch.parallel(sch.fuse(loops[0], loops[1]))
+    out = sch.get_sblock("O")
+    o2 = sch.get_sblock("O2")
+    u = sch.get_sblock("U")
+    t = sch.get_sblock("T")
+    if fused:
+        # the output (unpacked NCHW) drives the tiling: n, k, p, q -> n, p/Tp, q/Tq | k, p, q
+        n, k, y, x = sch.get_loops(out)
+        yo, yi = sch.split(y, [None, T["p"]])
+        xo, xi = sch.split(x, [None, T["q"]])
+        sch.reorder(n, yo, xo, k, yi, xi)
+        par = sch.fuse(n, yo, xo)
+        sch.parallel(par)
+        if ks.W == ks.Wp and T["q"] % lanes == 0:
+            _, v = sch.split(xi, [None, lanes])
+            sch.vectorize(v)
+        sch.compute_at(o2, par, preserve_unit_loops=True)
+        ko = _conv_micro(sch, o2, mr, nr, lanes, 1)
+        sch.decompose_reduction(o2, ko)
+        sch.compute_at(u, par, preserve_unit_loops=True)
+        uloops = sch.get_loops(u)
+        if nr % lanes == 0:
+            _, v = sch.split(uloops[-1], [None, lanes])
+            sch.vectorize(v)
+        sch.compute_at(t, par, preserve_unit_loops=True)
+        ko = _conv_micro(sch, t, mr, nr, lanes, 1)
+        sch.decompose_reduction(t, ko)
+        return sch.mod
+    # unfused: each stage at root, parallel over (n, output-channel panels), same micro kernel
+    for blk in (t, o2):
+        loops = sch.get_loops(blk)
+        n, ko, y, x, ki, c, r, s = loops
+        xo, xi = sch.split(x, [None, mr])
+        sch.reorder(n, ko, y, xo, c, r, s, xi, ki)
+        par = sch.fuse(n, ko, y)
+        sch.parallel(par)
+        sch.unroll(xi)
+        sch.vectorize(ki)
+        sch.decompose_reduction(blk, xo)
+    for blk in (u, out):
+        loops = sch.get_loops(blk)
+        sch.parallel(sch.fuse(loops[0], loops[1]))
+    return sch.mod
+
+
+def conv_call(kernel, tensors, out=None):
+    import torch
+
+    spec = kernel.spec
+    ins = [t.contiguous() for t in tensors]
+    res = out if out is not None else torch.empty(spec.shapes()["O"], dtype=torch.float32)
+    kernel.module["main"](*ins, res)
+    return res

@@ -1,0 +1,332 @@
+"""``chain_fuser.compile``: trace a PyTorch function or module with the shared frontend, fuse every chain a
+template covers, and return a callable on torch tensors.
+
+The shared_ir graph (``shared_ir.frontends.from_torch``) finds the chains and says what they are; the same module
+traced by ``torch.fx`` is rewritten: each fused chain's nodes are replaced by one call of the compiled kernel
+(inputs passed zero-copy through DLPack). A chain no template covers (an unsupported op between the compute ops,
+a dtype without kernels, a shape the templates do not take) is left as it was, and the reason is recorded in
+:attr:`CompiledModule.decisions` and emitted as a warning.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from .errors import ChainDTypeError, ChainFuserError, UnsupportedChainError
+from .spec import GemmChain, spec_from_chain
+
+
+@dataclass
+class ChainDecision:
+    """What compile() did with one chain (or near-chain) of the graph."""
+
+    ops: tuple[str, ...]
+    fused: bool
+    reason: str
+    spec: Any = None
+    kernel: Any = None
+    report: Any = None
+
+    def __str__(self) -> str:
+        what = "fused" if self.fused else "NOT fused"
+        return f"{'→'.join(self.ops)}: {what} ({self.reason})"
+
+
+class _FnModule:
+    """Wraps a plain function as an nn.Module (built lazily so torch is imported only when needed)."""
+
+    @staticmethod
+    def wrap(fn: Callable, n_inputs: int):
+        import inspect
+
+        import torch
+
+        try:
+            params = [p.name for p in inspect.signature(fn).parameters.values()
+                      if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)][:n_inputs]
+        except (TypeError, ValueError):
+            params = []
+        if len(params) != n_inputs or not all(p.isidentifier() for p in params):
+            params = [f"x{i}" for i in range(n_inputs)]
+        # fx cannot trace *args: give forward the function's own parameter names
+        ns: dict[str, Any] = {}
+        exec(f"def forward(self, {', '.join(params)}):\n    return self.f({', '.join(params)})\n", ns)
+
+        class FnModule(torch.nn.Module):
+            def __init__(self, f):
+                super().__init__()
+                self.f = f
+
+            forward = ns["forward"]
+
+        return FnModule(fn)
+
+
+class CompiledModule:
+    """The rewritten module: call it like the original (inference: runs under ``torch.no_grad``)."""
+
+    def __init__(self, gm, decisions: list[ChainDecision], original):
+        self.gm = gm
+        self.decisions = decisions
+        self.original = original
+
+    @property
+    def fused(self) -> list[ChainDecision]:
+        return [d for d in self.decisions if d.fused]
+
+    @property
+    def unfused(self) -> list[ChainDecision]:
+        return [d for d in self.decisions if not d.fused]
+
+    def __call__(self, *args, **kwargs):
+        import torch
+
+        with torch.no_grad():
+            return self.gm(*args, **kwargs)
+
+    def report(self) -> str:
+        if not self.decisions:
+            return "no chains of compute-intensive ops found"
+        return "\n".join(str(d) for d in self.decisions)
+
+
+class _GemmCall:
+    """Replacement of a fused GEMM chain node: reshape to (batch, M, K) etc., call the kernel, reshape back."""
+
+    def __init__(self, kernel, out_shape: Sequence[int]):
+        self.kernel = kernel
+        self.out_shape = tuple(out_shape)
+        self.__name__ = f"chain_fuser_{kernel.spec.name}"
+
+    def __call__(self, a, b, d, *bias):
+        s = self.kernel.spec
+        A = _as3(a, s.batch, s.M, s.K)
+        B = _as3(b, s.batch, s.L, s.K) if s.bt else _as3(b, s.batch, s.K, s.L)
+        D = _as3(d, s.batch, s.N, s.L) if s.dt else _as3(d, s.batch, s.L, s.N)
+        return self.kernel(A, B, D, *(t.detach() for t in bias)).reshape(self.out_shape)
+
+
+def _as3(t, batch, r, c):
+    t = t.detach()
+    if t.dim() == 2:
+        t = t.unsqueeze(0).expand(batch, r, c)
+    else:
+        lead = math.prod(t.shape[:-2])
+        if lead != batch:
+            t = t.expand(*([batch // max(1, lead)] if lead == 1 else []), *t.shape)
+        t = t.reshape(batch, r, c)
+    return t.contiguous()
+
+
+class _ConvCall:
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.__name__ = f"chain_fuser_{kernel.spec.name}"
+
+    def __call__(self, x, *params):
+        return self.kernel(x.detach(), *(p.detach() for p in params))
+
+
+def _near_chains(g, in_chain: set[str]) -> list[tuple[list[str], str]]:
+    """Compute op → (up to 3 single-consumer non-compute ops) → compute op pairs not in any chain: the op that
+    broke the chain and why."""
+    out = []
+    for op in g.topological_ops():
+        if not op.kind.compute_intensive or len(op.outputs) != 1:
+            continue
+        path, cur = [op.name], op
+        for _ in range(4):
+            users = g.consumers(cur.output_names[0])
+            if len(users) != 1 or cur.output_names[0] in g.outputs:
+                break
+            nxt = users[0]
+            path.append(nxt.name)
+            if nxt.kind.compute_intensive:
+                if not (op.name in in_chain and nxt.name in in_chain):
+                    mids = [g.op(n) for n in path[1:-1]]
+                    bad = [m for m in mids if m.kind.value not in ("elementwise", "softmax")]
+                    why = (f"op {bad[0].name!r} ({bad[0].kind.value}{'/' + str(bad[0].attr('fn')) if bad[0].attr('fn') else ''}) "
+                           "between the compute ops has no fused template") if bad else "not a single-consumer chain"
+                    out.append((path, why))
+                break
+            if len(nxt.outputs) != 1:
+                break
+            cur = nxt
+    return out
+
+
+def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, device: Any = None,
+            use_cache: bool = True, verbose: bool = False, name: str | None = None) -> CompiledModule:
+    """Trace, fuse what the templates cover (GEMM→GEMM, attention, conv→conv), return a callable.
+
+    ``tune=True`` times the model's top ``top_k`` plans and keeps the fastest (cached on disk); ``tune=False``
+    builds the model's first choice. Chains left unfused are listed in the result's ``decisions`` with the reason
+    (and warned about)."""
+    import torch
+    import torch.fx as fx
+
+    from shared_ir.frontends import from_torch
+
+    from .kernel import build_kernel
+    from .kernel import tune as tune_fn
+    from .planner import plan_chain
+
+    if isinstance(example_inputs, torch.Tensor):
+        example_inputs = (example_inputs,)
+    example_inputs = tuple(example_inputs)
+    module = (fn_or_module if isinstance(fn_or_module, torch.nn.Module)
+              else _FnModule.wrap(fn_or_module, len(example_inputs)))
+    from shared_ir.errors import IRError
+
+    try:
+        g = from_torch(module, example_inputs, name=name or type(module).__name__)
+        gm = fx.symbolic_trace(module)
+    except (IRError, fx.proxy.TraceError) as e:
+        # nothing is fused, but the caller still gets a working callable and the reason
+        d = ChainDecision(("<graph>",), False, f"the shared frontend cannot translate the graph: {e}")
+        warnings.warn(f"chain_fuser: {d}", stacklevel=2)
+        return CompiledModule(module, [d], module)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    decisions: list[ChainDecision] = []
+    chains = g.chains()
+    in_chain = {n for c in chains for n in c.names}
+    for path, why in _near_chains(g, in_chain):
+        decisions.append(ChainDecision(tuple(path), False, why))
+    for i, ch in enumerate(chains):
+        label = f"{g.name}_chain{i}"
+        try:
+            spec = spec_from_chain(ch, name=label)
+            src = None
+            if isinstance(spec, GemmChain) and not spec.dt and ch.names[0] in nodes:
+                src = _transposed_source(nodes[ch.names[0]], g)
+                if src is not None:
+                    spec = dataclasses.replace(spec, bt=True)  # read K from its own layout: no transposing copy
+            if any(n not in nodes for n in ch.names):
+                missing = [n for n in ch.names if n not in nodes]
+                raise UnsupportedChainError("→".join(ch.names), f"ops {missing} have no single fx node to replace")
+            if tune:
+                kernel, rep = tune_fn(spec, top_k=top_k, device=device, use_cache=use_cache)
+            else:
+                kernel, rep = build_kernel(spec, plan_chain(spec, device, top_k=1)[0], True, use_cache), None
+            _rewrite(gm, ch, spec, kernel, nodes, src)
+            decisions.append(ChainDecision(ch.names, True, f"{kernel.plan.micro.name}, order "
+                                           f"{','.join(kernel.plan.fused.order)}", spec, kernel, rep))
+        except (ChainFuserError, ChainDTypeError) as e:
+            decisions.append(ChainDecision(ch.names, False, str(e)))
+    for d in decisions:
+        if not d.fused:
+            warnings.warn(f"chain_fuser: {d}", stacklevel=2)
+        elif verbose:
+            print(f"chain_fuser: {d}")
+    gm.graph.lint()
+    gm.recompile()
+    return CompiledModule(gm, decisions, module)
+
+
+def _rewrite(gm, chain, spec, kernel, nodes, b_src=None) -> None:
+    ops = [nodes[n] for n in chain.names]
+    first, last = ops[0], ops[-1]
+    graph = gm.graph
+    if isinstance(spec, GemmChain) and spec.dt:  # Linear → Linear
+        a, b, b1 = _linear_args(gm, first)
+        _, d, b2 = _linear_args(gm, last)
+        extra = tuple(t for t in (b1, b2) if t is not None)
+        with graph.inserting_after(last):
+            new = graph.call_function(_GemmCall(kernel, _meta_shape(gm, chain.ops[-1])), (a, b, d, *extra))
+    elif isinstance(spec, GemmChain):
+        a, b = _mm_args(first)
+        _, d = _mm_args(last)
+        if spec.bt:
+            b = b_src
+        out_shape = _meta_shape(gm, chain.ops[-1])
+        with graph.inserting_after(last):
+            new = graph.call_function(_GemmCall(kernel, out_shape), (a, b, d))
+    else:
+        x, w1, b1 = _conv_args(gm, first)
+        _, w2, b2 = _conv_args(gm, last)
+        params = [w1, w2] + [p for p in (b1, b2) if p is not None]
+        with graph.inserting_after(last):
+            new = graph.call_function(_ConvCall(kernel), (x, *params))
+    last.replace_all_uses_with(new)
+    for n in reversed(ops):
+        if not n.users:
+            graph.erase_node(n)
+
+
+def _transposed_source(mm_node, g):
+    """If the GEMM's right operand is ``x.transpose(-1, -2)`` (or ``torch.transpose``), the node ``x``."""
+    import torch
+
+    if len(mm_node.args) < 2 or not hasattr(mm_node.args[1], "op"):
+        return None
+    t = mm_node.args[1]
+    is_t = (t.op == "call_method" and t.target == "transpose") or \
+        (t.op == "call_function" and t.target is torch.transpose)
+    if not is_t or len(t.args) != 3 or not hasattr(t.args[0], "op"):
+        return None
+    d1, d2 = t.args[1], t.args[2]
+    if not (isinstance(d1, int) and isinstance(d2, int)):
+        return None
+    nd = None
+    if g is not None and t.name in g.tensors:
+        nd = len(g.tensor(t.name).shape)
+    if nd is None:
+        nd = len(mm_node.meta.get("tensor_meta").shape) if mm_node.meta.get("tensor_meta") is not None else None
+    if nd is None:
+        ok = {d1, d2} == {-1, -2}
+    else:
+        ok = {d1 % nd, d2 % nd} == {nd - 1, nd - 2}
+    return t.args[0] if ok else None
+
+
+def _meta_shape(gm, op) -> tuple[int, ...]:
+    return tuple(op.outputs[0].tensor.shape)
+
+
+def _mm_args(node):
+    import operator
+
+    import torch
+
+    if node.op != "call_function" or node.target not in (torch.bmm, torch.matmul, operator.matmul):
+        raise UnsupportedChainError(node.name, f"fx node {node.target} is not a bmm/matmul the rewriter knows")
+    return node.args[0], node.args[1]
+
+
+def _linear_args(gm, node):
+    import torch
+
+    graph = gm.graph
+    if node.op == "call_module":
+        m = gm.get_submodule(node.target)
+        if not isinstance(m, torch.nn.Linear):
+            raise UnsupportedChainError(node.name, f"module {type(m).__name__} is not a Linear")
+        with graph.inserting_before(node):
+            w = graph.get_attr(f"{node.target}.weight")
+            b = graph.get_attr(f"{node.target}.bias") if m.bias is not None else None
+        return node.args[0], w, b
+    if node.op == "call_function" and node.target is torch.nn.functional.linear:
+        args = list(node.args) + [None] * 2
+        return args[0], node.kwargs.get("weight", args[1]), node.kwargs.get("bias", args[2])
+    raise UnsupportedChainError(node.name, f"fx node {node.target} is not a linear the rewriter knows")
+
+
+def _conv_args(gm, node):
+    import torch
+
+    graph = gm.graph
+    if node.op == "call_module":
+        m = gm.get_submodule(node.target)
+        if not isinstance(m, torch.nn.Conv2d):
+            raise UnsupportedChainError(node.name, f"module {type(m).__name__} is not a Conv2d")
+        with graph.inserting_before(node):
+            w = graph.get_attr(f"{node.target}.weight")
+            b = graph.get_attr(f"{node.target}.bias") if m.bias is not None else None
+        return node.args[0], w, b
+    if node.op == "call_function" and node.target is torch.nn.functional.conv2d:
+        args = list(node.args) + [None] * 3
+        return args[0], args[1], node.kwargs.get("bias", args[2])
+    raise UnsupportedChainError(node.name, f"fx node {node.target} is not a conv the rewriter knows")

@@ -1,0 +1,133 @@
+"""The hardware as the chain model sees it: cache levels, vector ISA, cores, peak; from a shared_ir Device.
+
+Defaults to the ``host`` preset (detected from sysfs/procfs by shared_ir). ``server_device()`` is a many-core
+server used for predictions that can be checked on such a machine.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from typing import Any
+
+from .model import Level, MicroKernel
+
+
+@functools.lru_cache(maxsize=1)
+def host_device():
+    """The host CPU as a shared_ir Device (``load_preset("host")``)."""
+    from shared_ir.hardware import load_preset
+
+    return load_preset("host").host
+
+
+def resolve_device(device: Any = None):
+    """A Device from None (host), a preset name, a System, a Device or a hardware dict."""
+    from shared_ir.hardware import Device, System, load_hardware, load_preset
+
+    if device is None:
+        return host_device()
+    if isinstance(device, Device):
+        return device
+    if isinstance(device, str):
+        device = load_preset(device)
+    elif not isinstance(device, System):
+        device = load_hardware(device)
+    if device.host is not None:
+        return device.host
+    for d in device.devices:
+        if d.kind == "cpu":
+            return d
+    raise ValueError(f"hardware {device.name!r} has no CPU device for chain_fuser")
+
+
+def server_device():
+    """A many-core AVX-512 server (2 × 32 cores, 1 MiB L2/core, 2 × 128 MiB L3, 8-channel DDR5 per socket):
+    the machine the fusion predictions in the benchmark are stated for."""
+    from shared_ir.hardware import load_hardware
+
+    cores, f = 64, 2.6e9
+    return load_hardware({"name": "server64", "host": {
+        "name": "server64", "kind": "cpu",
+        "memory": [
+            {"name": "dram", "capacity_bytes": 512 << 30, "read_bandwidth_bytes_per_s": 400e9},
+            {"name": "l3", "capacity_bytes": 128 << 20, "read_bandwidth_bytes_per_s": 16 * f * 32, "instances": 2},
+            {"name": "l2", "capacity_bytes": 1 << 20, "read_bandwidth_bytes_per_s": 32 * f, "instances": cores},
+            {"name": "l1", "capacity_bytes": 48 << 10, "read_bandwidth_bytes_per_s": 128 * f,
+             "write_bandwidth_bytes_per_s": 64 * f, "instances": cores}],
+        "compute": {"name": "server64", "frequency_hz": f, "pe_cols": 16, "macs_per_cycle_per_pe": 2.0,
+                    "cores": cores, "vector_width_bits": 512}}}).host
+
+
+def cores(device) -> int:
+    return int(device.compute.cores)
+
+
+def model_levels(device) -> list[Level]:
+    """Cache levels outermost first (DRAM excluded: it is the source), each with the capacity one core's tiles may
+    use and the total bandwidth of the level that fills it."""
+    mem = list(device.memory)
+    n = cores(device)
+    out = []
+    for i in range(1, len(mem)):
+        lv, src = mem[i], mem[i - 1]
+        per_core = lv.capacity_bytes if lv.instances >= n else lv.capacity_bytes * lv.instances // n
+        out.append(Level(lv.name, int(per_core), float(src.total_read_bandwidth_bytes_per_s)))
+    return out
+
+
+def l1_bandwidth(device) -> float:
+    return float(device.memory[-1].total_read_bandwidth_bytes_per_s)
+
+
+def isa(device=None) -> str:
+    """``avx512`` or ``avx2`` (or ``scalar``) from the device's vector width."""
+    bits = int((device or host_device()).compute.vector_width_bits)
+    return "avx512" if bits >= 512 else "avx2" if bits >= 256 else "scalar"
+
+
+def vector_lanes(device=None) -> int:
+    return max(1, int((device or host_device()).compute.vector_width_bits) // 32)
+
+
+def micro_kernels(device=None) -> list[MicroKernel]:
+    """Register-blocked micro kernels for the device's vector ISA (accumulators + B vectors + 1 broadcast must fit
+    the register file: 32 vector registers with AVX-512, 16 with AVX2)."""
+    name = isa(device)
+    lanes = vector_lanes(device)
+    regs = 32 if name == "avx512" else 16
+    out = []
+    for nv in (1, 2, 3, 4):
+        for mr in range(1, 17):
+            k = MicroKernel(mr, nv * lanes, lanes, name)
+            if k.registers <= regs - 1:  # leave one for addresses/spills
+                out.append(k)
+    return out
+
+
+def _peak_cache_path() -> str:
+    from .cache import cache_dir
+
+    return os.path.join(cache_dir(), "fma_peak.json")
+
+
+def measured_peak_flops(refresh: bool = False) -> float | None:
+    """The FMA peak measured by :func:`chain_fuser.peak.measure_fma_peak` and cached on disk, if any."""
+    p = _peak_cache_path()
+    if refresh or not os.path.exists(p):
+        return None
+    try:
+        with open(p) as f:
+            return float(json.load(f)["gflops"]) * 1e9
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def peak_flops(device=None) -> float:
+    """Measured FMA peak for the host when cached, else the device's declared/estimated peak."""
+    dev = device or host_device()
+    if dev is host_device():
+        m = measured_peak_flops()
+        if m:
+            return m
+    return float(dev.peak_flops)

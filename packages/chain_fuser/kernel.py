@@ -1,0 +1,280 @@
+"""Compiled fused kernels: build (TVM), call on torch tensors zero-copy (DLPack), time, cache on disk, and pick the
+fastest of the model's top K plans by measurement."""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from . import cache
+from .errors import ChainDTypeError, ChainShapeError, UnsupportedChainError
+from .model import Plan
+from .spec import ConvChain, GemmChain
+
+
+def import_tvm():
+    """Import TVM with its thread pool sized to the usable cores (it reads TVM_NUM_THREADS when created)."""
+    from shared_ir.hostinfo import num_cores
+
+    os.environ.setdefault("TVM_NUM_THREADS", str(num_cores()))
+    import tvm
+
+    return tvm
+
+
+def plan_signature(plan: Plan) -> dict:
+    lp = plan.fused
+    return {"micro": plan.micro.name, "level": lp.level, "order": list(lp.order),
+            "tiles": {d: int(v) for d, v in sorted(lp.tiles.items())}}
+
+
+@dataclass
+class FusedKernel:
+    """A compiled chain kernel. Call it on torch tensors (A, B, D) or (I, W1, W2); returns a torch tensor.
+
+    Inputs are passed zero-copy through DLPack; odd sizes are padded into a scratch buffer only when needed and the
+    result is sliced back (a view)."""
+
+    spec: Any
+    plan: Plan
+    module: Any
+    fused: bool = True
+    build_s: float = 0.0
+    from_cache: bool = False
+    measured_ms: float | None = None
+    info: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec.name}[{'fused' if self.fused else 'unfused'} {self.plan.micro.name}]"
+
+    # --- calling ----------------------------------------------------------------------------------------------
+    def _check(self, tensors: Sequence[Any]):
+        import torch
+
+        want = self.spec.shapes()
+        names = [n for n in want if n not in ("E", "O")]
+        if len(tensors) != len(names):
+            raise ChainShapeError(f"{self.spec.name}.inputs", f"expected {len(names)} tensors {names}, got {len(tensors)}")
+        for n, t in zip(names, tensors):
+            if not isinstance(t, torch.Tensor):
+                raise ChainShapeError(f"{self.spec.name}.{n}", f"expected a torch.Tensor, got {type(t).__name__}")
+            if t.dtype != torch.float32:
+                raise ChainDTypeError(f"{self.spec.name}.{n}", t.dtype)
+            shape = tuple(t.shape)
+            if shape != tuple(want[n]):
+                raise ChainShapeError(f"{self.spec.name}.{n}", f"shape {list(shape)} does not match the compiled "
+                                      f"chain's {list(want[n])}", shape)
+
+    def __call__(self, *tensors, out=None):
+        import torch
+
+        self._check(tensors)
+        if isinstance(self.spec, GemmChain):
+            from .codegen import kernel_shape
+
+            ks = kernel_shape(self.spec, self.plan.micro)
+            A, B, D, *rest = (t.contiguous() for t in tensors)
+            b1 = rest.pop(0) if self.spec.bias1 else None
+            b2 = rest.pop(0) if self.spec.bias2 else None
+            if ks.Mp != ks.M:
+                A = torch.nn.functional.pad(A, (0, 0, 0, ks.Mp - ks.M))
+            full = out if (out is not None and ks.Mp == ks.M and ks.Np == ks.N) else \
+                torch.empty((ks.batch, ks.Mp, ks.Np), dtype=torch.float32)
+            self.module["main"](A, B, D, *([b1] if b1 is not None else []), full)
+            res = full[:, :ks.M, :ks.N] if (ks.Mp != ks.M or ks.Np != ks.N) else full
+            if b2 is not None:
+                res.add_(b2)  # the second bias: one pass over the (small) output
+            if out is not None and res is not out:
+                out.copy_(res)
+                return out
+            return res
+        from .conv import conv_call
+
+        return conv_call(self, tensors, out)
+
+    # --- timing -----------------------------------------------------------------------------------------------
+    def time_ms(self, number: int = 5, repeat: int = 5, inputs: Sequence[Any] | None = None) -> float:
+        """Median over ``repeat`` runs of ``number`` calls each (after one warm-up call), in ms."""
+        import statistics
+
+        ins = list(inputs) if inputs is not None else random_inputs(self.spec)
+        self(*ins)
+        runs = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            for _ in range(number):
+                self(*ins)
+            runs.append((time.perf_counter() - t) / number * 1e3)
+        return statistics.median(runs)
+
+
+def random_inputs(spec, seed: int = 0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(*shape, generator=g) for n, shape in spec.shapes().items() if n not in ("E", "O")]
+
+
+def reference(spec, *tensors):
+    """Eager PyTorch of the chain (what the kernels are checked against)."""
+    import torch
+
+    if isinstance(spec, GemmChain):
+        A, B, D, *bias = tensors
+        b1 = bias.pop(0) if spec.bias1 else None
+        b2 = bias.pop(0) if spec.bias2 else None
+        C = torch.bmm(A, B.transpose(-1, -2) if spec.bt else B)
+        if spec.dt:
+            D = D.transpose(-1, -2)
+        if b1 is not None:
+            C = C * spec.scale + b1
+            spec = _unit_scale(spec)
+        if spec.glue == "softmax":
+            C = torch.softmax(C * spec.scale, dim=-1)
+        elif spec.glue == "relu":
+            C = torch.relu(C * spec.scale)
+        elif spec.glue == "gelu":
+            C = torch.nn.functional.gelu(C * spec.scale)
+        elif spec.glue == "scale" or spec.scale != 1.0:
+            C = C * spec.scale
+        E = torch.bmm(C, D)
+        return E + b2 if b2 is not None else E
+    I, W1, W2, *bias = tensors
+    b1 = bias.pop(0) if spec.bias1 else None
+    b2 = bias.pop(0) if spec.bias2 else None
+    T = torch.nn.functional.conv2d(I, W1, b1, padding=(spec.R1 // 2, spec.S1 // 2))
+    if spec.glue == "relu":
+        T = torch.relu(T)
+    return torch.nn.functional.conv2d(T, W2, b2, padding=(spec.R2 // 2, spec.S2 // 2))
+
+
+def _unit_scale(spec):
+    import dataclasses
+
+    return dataclasses.replace(spec, scale=1.0)
+
+
+# --- building and caching -------------------------------------------------------------------------------------------
+def _schedule(spec, plan: Plan, fused: bool):
+    if isinstance(spec, GemmChain):
+        from .codegen import schedule_gemm_chain
+
+        return schedule_gemm_chain(spec, plan, fused)
+    if isinstance(spec, ConvChain):
+        from .conv import schedule_conv_chain
+
+        return schedule_conv_chain(spec, plan, fused)
+    raise UnsupportedChainError(str(spec), "no code generator for this spec")
+
+
+def _kernel_key(spec, plan: Plan, fused: bool, device=None) -> str:
+    tvm = import_tvm()
+    return cache.entry_key("kernel", spec.key, plan_signature(plan), fused, cache.hardware_key(device),
+                           tvm.__version__, _CODEGEN_VERSION)
+
+
+_CODEGEN_VERSION = 4  # bump when generated code changes: stale cached kernels are then ignored
+
+
+def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True) -> FusedKernel:
+    """Compile ``plan`` for ``spec`` (or load it from the on-disk cache)."""
+    tvm = import_tvm()
+    key = _kernel_key(spec, plan, fused)
+    so = cache.entry_path(key, ".so")
+    if use_cache and os.path.exists(so):
+        t = time.perf_counter()
+        mod = tvm.runtime.load_module(so)
+        return FusedKernel(spec, plan, mod, fused, time.perf_counter() - t, True)
+    from .codegen import target
+
+    t = time.perf_counter()
+    mod = tvm.build(_schedule(spec, plan, fused), target=target())
+    dt = time.perf_counter() - t
+    if use_cache:
+        tmp = f"{so}.tmp{os.getpid()}.so"
+        mod.export_library(tmp)
+        os.replace(tmp, so)
+    return FusedKernel(spec, plan, mod, fused, dt, False)
+
+
+@dataclass
+class TuneReport:
+    """What measured re-ranking found: each candidate's predicted and measured time."""
+
+    spec_key: str
+    candidates: list[dict]
+    chosen: int
+    model_pick: int = 0
+    from_cache: bool = False
+    seconds: float = 0.0
+
+    @property
+    def model_pick_vs_best(self) -> float:
+        """Measured time of the model's first choice over the best measured (1.0: the model picked the best)."""
+        ms = [c["measured_ms"] for c in self.candidates]
+        return ms[self.model_pick] / min(ms) if ms and min(ms) > 0 else 1.0
+
+    def to_dict(self) -> dict:
+        return {"spec": self.spec_key, "candidates": self.candidates, "chosen": self.chosen,
+                "model_pick_vs_best": self.model_pick_vs_best, "from_cache": self.from_cache,
+                "seconds": self.seconds}
+
+
+def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int = 3, repeat: int = 5,
+         check: bool = True) -> tuple[FusedKernel, TuneReport]:
+    """Plan with the model, compile its top ``top_k`` plans, time them, keep the fastest. The choice and the
+    kernels are cached on disk (keyed by shape, dtype and hardware): a second call loads them without compiling
+    or measuring."""
+    import torch
+
+    from .planner import plan_chain
+
+    t0 = time.perf_counter()
+    plans = plan_chain(spec, device, top_k=top_k)
+    tkey = cache.entry_key("tune", spec.key, top_k, cache.hardware_key(device), _CODEGEN_VERSION)
+    saved = cache.load_json(tkey) if use_cache else None
+    if saved is not None:
+        sig = saved["chosen_signature"]
+        match = [p for p in plans if plan_signature(p) == sig]
+        if match:
+            k = build_kernel(spec, match[0], True, use_cache)
+            if k.from_cache:
+                k.measured_ms = saved["candidates"][saved["chosen"]]["measured_ms"]
+                rep = TuneReport(spec.key, saved["candidates"], saved["chosen"], 0, True, time.perf_counter() - t0)
+                return k, rep
+    ins = random_inputs(spec)
+    ref = reference(spec, *ins) if check else None
+    cands, kernels = [], []
+    for i, p in enumerate(plans):
+        k = build_kernel(spec, p, True, use_cache)
+        if check:
+            got = k(*ins)
+            if not torch.allclose(got, ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()) + 1e-5):
+                raise AssertionError(f"{spec.name}: plan {i} ({plan_signature(p)}) gives wrong results "
+                                     f"(max error {float((got - ref).abs().max()):.3g})")
+        kernels.append(k)
+        cands.append({"rank": i, **plan_signature(p), "predicted_ms": p.predicted_s * 1e3, "build_s": k.build_s,
+                      "fusion_level": p.fusion_level})
+    # candidates timed interleaved (round robin), so that a load change on a shared machine hits all of them
+    import statistics
+
+    runs: list[list[float]] = [[] for _ in kernels]
+    for k in kernels:
+        k(*ins)  # warm-up
+    for _ in range(repeat):
+        for i, k in enumerate(kernels):
+            t = time.perf_counter()
+            for _ in range(number):
+                k(*ins)
+            runs[i].append((time.perf_counter() - t) / number * 1e3)
+    for i, k in enumerate(kernels):
+        k.measured_ms = statistics.median(runs[i])
+        cands[i]["measured_ms"] = k.measured_ms
+    best = min(range(len(cands)), key=lambda i: cands[i]["measured_ms"])
+    rep = TuneReport(spec.key, cands, best, 0, False, time.perf_counter() - t0)
+    if use_cache:
+        cache.save_json(tkey, {"spec": spec.key, "candidates": cands, "chosen": best,
+                               "chosen_signature": plan_signature(plans[best])})
+    return kernels[best], rep

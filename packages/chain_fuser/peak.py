@@ -1,0 +1,72 @@
+"""The machine's FMA peak, measured with a tiny generated kernel: each core runs a loop of independent vector FMAs
+on register-resident accumulators (no memory traffic), so the time is the FMA throughput alone."""
+from __future__ import annotations
+
+import json
+import time
+
+
+def fma_kernel(lanes: int, accumulators: int, iters: int, threads: int):
+    """TVMScript of the peak loop: ``threads`` parallel copies, each ``accumulators`` vectors of ``lanes`` floats
+    updated ``acc = acc * a + b`` ``iters`` times (unrolled over the accumulators, vectorised over lanes)."""
+    from tvm.script import tirx as T
+
+    width = lanes * accumulators
+
+    @T.prim_func
+    def fma(out: T.Buffer((threads, width), "float32")):
+        T.func_attr({"global_symbol": "main", "tir.noalias": True})
+        for p in T.parallel(threads):
+            acc = T.alloc_buffer((width,), "float32", scope="local")
+            for i in T.vectorized(width):
+                acc[i] = T.Cast("float32", p + i)
+            for it in range(iters):
+                for j in T.unroll(accumulators):
+                    for v in T.vectorized(lanes):
+                        acc[j * lanes + v] = acc[j * lanes + v] * T.float32(0.99990) + T.float32(0.0001)
+            for i in T.vectorized(width):
+                out[p, i] = acc[i]
+
+    return fma
+
+
+def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accumulators: int = 16,
+                     iters: int = 200_000, repeat: int = 5, save: bool = True) -> dict:
+    """Measure and (by default) cache the FMA peak. Returns ``{"gflops", "threads", "lanes", ...}``."""
+    import numpy as np
+
+    from shared_ir.hostinfo import num_cores
+
+    from .codegen import target
+    from .hw import vector_lanes
+    from .kernel import import_tvm
+
+    tvm = import_tvm()
+    threads = threads or num_cores()
+    lanes = lanes or vector_lanes()
+    mod = tvm.build(fma_kernel(lanes, accumulators, iters, threads), target=target())
+    dev = tvm.cpu(0)
+    out = tvm.runtime.tensor(np.zeros((threads, lanes * accumulators), "float32"), dev)
+    ev = mod.time_evaluator("main", dev, number=1, repeat=repeat)
+    best = min(ev(out).results)
+    flops = 2.0 * threads * lanes * accumulators * iters
+    res = {"gflops": flops / best / 1e9, "threads": threads, "lanes": lanes, "accumulators": accumulators,
+           "iters": iters, "seconds": best, "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    if save:
+        from shared_ir import atomic_write_text
+
+        from .hw import _peak_cache_path, measured_peak_flops
+
+        prev = measured_peak_flops()
+        # a peak is the best the machine did: a run on a busy machine must not lower it (refresh: delete the file)
+        if prev is None or res["gflops"] * 1e9 >= prev:
+            atomic_write_text(_peak_cache_path(), json.dumps(res, indent=1))
+    return res
+
+
+def fma_peak_gflops(refresh: bool = False) -> float:
+    """The cached measurement, measuring once if there is none."""
+    from .hw import measured_peak_flops
+
+    m = None if refresh else measured_peak_flops()
+    return m / 1e9 if m else measure_fma_peak()["gflops"]

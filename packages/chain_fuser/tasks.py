@@ -1,0 +1,133 @@
+"""Hydra task functions: ``experiment=chain_fuser/gemm_chains`` and ``experiment=chain_fuser/conv_chains``.
+
+Each tunes our fused kernel for every shape of its suite, times it against PyTorch eager (and TVM without fusion,
+same micro kernel), and writes ``<suite>.csv`` (one row per shape) and ``<suite>.png`` (bar plot of speedups)
+under the run directory. The hardware config feeds the model's prediction of the fusion gain on that machine.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import os
+from typing import Any
+
+from .config import ChainsExperiment
+
+
+def _device_or_none(hardware: dict | None):
+    if not hardware:
+        return None
+    from shared_ir.hardware import load_hardware
+
+    from .hw import resolve_device
+
+    try:
+        return resolve_device(load_hardware(hardware))
+    except ValueError:
+        return None  # no CPU in that description: predictions are for the host
+
+
+def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, hardware, out_dir: str) -> dict:
+    import torch
+
+    from shared_ir import atomic_write_text
+    from shared_ir.hostinfo import num_cores
+
+    from .bench import geomean, time_interleaved, torch_eager
+    from .kernel import build_kernel, random_inputs, tune
+    from .peak import fma_peak_gflops
+    from .planner import predict_fusion_gain
+
+    torch.set_num_threads(num_cores())
+    dev = _device_or_none(hardware)
+    peak = fma_peak_gflops()
+    if cfg.shapes:
+        known = [n for n, _ in items]
+        bad = [s for s in cfg.shapes if s not in known]
+        if bad:
+            from shared_ir.errors import ValidationError
+
+            raise ValidationError("task.shapes", f"unknown shapes {bad}; the {suite} suite has {known}", bad)
+        items = [(n, s) for n, s in items if n in cfg.shapes]
+    rows = []
+    for name, spec in items:
+        ins = random_inputs(spec)
+        k, rep = tune(spec, top_k=cfg.top_k)
+        variants = {"ours": lambda k=k: k(*ins), "torch": torch_eager(spec, ins)}
+        if cfg.unfused:
+            u = build_kernel(spec, k.plan, fused=False)
+            variants["tvm_unfused"] = lambda u=u: u(*ins)
+        ms = time_interleaved(variants, cfg.repeat, cfg.budget_s)
+        pred = predict_fusion_gain(spec, dev)
+        row = {"shape": name, "ours_ms": ms["ours"], "torch_ms": ms["torch"],
+               "speedup_vs_torch": ms["torch"] / ms["ours"],
+               "tvm_unfused_ms": ms.get("tvm_unfused"),
+               "speedup_vs_unfused": ms["tvm_unfused"] / ms["ours"] if "tvm_unfused" in ms else None,
+               "gflops": spec.flops / ms["ours"] / 1e6, "peak_fraction": spec.flops / ms["ours"] / 1e6 / peak,
+               "model_pick_vs_best": rep.model_pick_vs_best, "micro_kernel": k.plan.micro.name,
+               "order": ",".join(k.plan.fused.order), "predicted_ms": k.plan.predicted_s * 1e3,
+               "predicted_fusion_gain": pred["predicted_gain"]}
+        rows.append(row)
+    os.makedirs(out_dir, exist_ok=True)
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(rows[0]))
+    w.writeheader()
+    w.writerows(rows)
+    atomic_write_text(os.path.join(out_dir, f"{suite}.csv"), buf.getvalue())
+    if cfg.plots:
+        _plot(rows, suite, os.path.join(out_dir, f"{suite}.png"))
+    return {"suite": suite, "shapes": len(rows), "fma_peak_gflops": peak,
+            "geomean_vs_torch": geomean([r["speedup_vs_torch"] for r in rows]),
+            "min_vs_torch": min(r["speedup_vs_torch"] for r in rows),
+            "geomean_vs_unfused": geomean([r["speedup_vs_unfused"] for r in rows]),
+            "geomean_peak_fraction": geomean([r["peak_fraction"] for r in rows]),
+            "table": f"{suite}.csv", "plot": f"{suite}.png" if cfg.plots else None,
+            "speedups_vs_torch": {r["shape"]: round(r["speedup_vs_torch"], 3) for r in rows}}
+
+
+def _plot(rows: list[dict], suite: str, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [r["shape"] for r in rows]
+    x = range(len(names))
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(names) + 2), 4))
+    w = 0.4
+    ax.bar([i - w / 2 for i in x], [r["speedup_vs_torch"] for r in rows], w, label="vs PyTorch eager")
+    if rows[0].get("speedup_vs_unfused") is not None:
+        ax.bar([i + w / 2 for i in x], [r["speedup_vs_unfused"] or 0 for r in rows], w,
+               label="vs TVM unfused (same micro kernel)")
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels(names, rotation=45, ha="right", fontsize=8)
+    ax.set_ylabel("speedup of the fused kernel (×)")
+    ax.set_title(f"chain_fuser: {suite}")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    tmp = path + ".tmp.png"
+    fig.savefig(tmp, dpi=120)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def gemm_chains(hardware: dict | None = None, workload: dict | None = None, out_dir: str = ".", **params) -> dict:
+    """The reference's 12 GEMM chains (Bert, ViT, Mixer): fused kernel vs PyTorch eager (bmm, bmm)."""
+    from .bench import REFERENCE_GEMM, _ident
+    from .spec import GemmChain
+
+    cfg = ChainsExperiment(**params)
+    items = [(n, GemmChain(b, M, N, K, L, name=_ident(n))) for n, b, M, N, K, L in REFERENCE_GEMM]
+    return _run_suite("gemm_chains", items, cfg, hardware, out_dir)
+
+
+def conv_chains(hardware: dict | None = None, workload: dict | None = None, out_dir: str = ".", **params) -> dict:
+    """3×3→1×1 and 3×3→3×3 conv chains with ReLU between: fused kernel vs PyTorch eager (conv2d, relu, conv2d)."""
+    from .bench import REFERENCE_CONV, REFERENCE_CONV_SMALL, _ident
+    from .spec import ConvChain
+
+    cfg = ChainsExperiment(**params)
+    table = REFERENCE_CONV if cfg.scale == "full" else REFERENCE_CONV_SMALL
+    items = [(n, ConvChain(*c, glue="relu", name=_ident(n))) for n, *c in table]
+    return _run_suite("conv_chains", items, cfg, hardware, out_dir)

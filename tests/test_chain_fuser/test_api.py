@@ -1,0 +1,192 @@
+"""compile() on PyTorch code, the kernel cache, measured re-ranking and bad input."""
+import time
+
+import chain_fuser
+import pytest
+import torch
+from chain_fuser import ChainDTypeError, ChainShapeError, ConvChain, GemmChain, UnsupportedChainError
+from chain_fuser.kernel import random_inputs, reference, tune
+from chain_fuser.spec import spec_from_chain
+
+pytest.importorskip("tvm")
+
+
+class Attention(torch.nn.Module):
+    def forward(self, q, k, v):
+        return torch.softmax(q @ k.transpose(-1, -2) * 0.125, dim=-1) @ v
+
+
+class ConvPair(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c1 = torch.nn.Conv2d(4, 8, 3, padding=1)
+        self.c2 = torch.nn.Conv2d(8, 6, 3, padding=1)
+
+    def forward(self, x):
+        return self.c2(torch.relu(self.c1(x)))
+
+
+def test_compile_attention_matches_eager():
+    q, k, v = torch.randn(2, 3, 20, 8), torch.randn(2, 3, 28, 8), torch.randn(2, 3, 28, 8)
+    m = Attention()
+    c = chain_fuser.compile(m, (q, k, v), tune=False)
+    assert len(c.fused) == 1 and c.fused[0].spec.glue == "softmax"
+    assert "chain_fuser" in c.gm.code  # the chain's nodes were replaced by the kernel call
+    torch.testing.assert_close(c(q, k, v), m(q, k, v), rtol=1e-4, atol=1e-5)
+    # other inputs of the same shapes go through the same kernel
+    q2 = torch.randn_like(q)
+    torch.testing.assert_close(c(q2, k, v), m(q2, k, v), rtol=1e-4, atol=1e-5)
+
+
+def test_compile_conv_pair_with_biases():
+    m = ConvPair().eval()
+    x = torch.randn(1, 4, 9, 10)
+    c = chain_fuser.compile(m, (x,), tune=False)
+    assert len(c.fused) == 1 and isinstance(c.fused[0].spec, ConvChain)
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_compile_plain_function_bmm_chain():
+    def f(a, b, d):
+        return torch.relu(torch.bmm(a, b)) @ d
+
+    a, b, d = torch.randn(2, 13, 7), torch.randn(2, 7, 11), torch.randn(2, 11, 5)
+    c = chain_fuser.compile(f, (a, b, d), tune=False)
+    assert len(c.fused) == 1 and c.fused[0].spec.glue == "relu"
+    torch.testing.assert_close(c(a, b, d), f(a, b, d), rtol=1e-4, atol=1e-5)
+
+
+def test_unsupported_op_between_gemms_is_left_unfused_and_reported():
+    def f(a, b, d):
+        return torch.nn.functional.layer_norm(a @ b, (12,)) @ d
+
+    a, b, d = torch.randn(3, 10, 6), torch.randn(3, 6, 12), torch.randn(3, 12, 5)
+    with pytest.warns(UserWarning, match="layer_norm"):
+        c = chain_fuser.compile(f, (a, b, d))
+    assert not c.fused and c.unfused and "no fused template" in c.unfused[0].reason
+    torch.testing.assert_close(c(a, b, d), f(a, b, d))
+
+
+def test_unsupported_elementwise_glue_is_reported():
+    def f(a, b, d):
+        return torch.sigmoid(a @ b) @ d
+
+    a, b, d = torch.randn(1, 8, 4), torch.randn(1, 4, 8), torch.randn(1, 8, 4)
+    with pytest.warns(UserWarning, match="sigmoid"):
+        c = chain_fuser.compile(f, (a, b, d))
+    assert not c.fused
+    torch.testing.assert_close(c(a, b, d), f(a, b, d))
+
+
+def test_tune_reranks_and_caches(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    spec = GemmChain(1, 48, 32, 16, 64, glue="relu")
+    k1, rep1 = tune(spec, top_k=2, number=1, repeat=1)
+    assert not rep1.from_cache and 1 <= len(rep1.candidates) <= 2
+    assert all(c["measured_ms"] > 0 for c in rep1.candidates)
+    assert rep1.model_pick_vs_best >= 1.0
+    t = time.perf_counter()
+    k2, rep2 = tune(spec, top_k=2, number=1, repeat=1)
+    dt = time.perf_counter() - t
+    assert rep2.from_cache and k2.from_cache
+    assert dt < 2.0  # nothing compiled or measured
+    ins = random_inputs(spec)
+    torch.testing.assert_close(k2(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-4)
+    assert any(p.suffix == ".so" for p in tmp_path.iterdir())
+
+
+def test_bad_specs_raise_clear_errors():
+    with pytest.raises(ChainDTypeError, match="int32"):
+        GemmChain(1, 8, 8, 8, 8, dtype="int32")
+    with pytest.raises(ChainShapeError, match="GemmChain.M"):
+        GemmChain(1, 0, 8, 8, 8)
+    with pytest.raises(UnsupportedChainError, match="glue"):
+        GemmChain(1, 8, 8, 8, 8, glue="tanh")
+    with pytest.raises(UnsupportedChainError, match="odd kernels"):
+        ConvChain(1, 4, 8, 8, 4, 2, 2, 4, 1, 1)
+
+
+def test_kernel_rejects_wrong_inputs():
+    spec = GemmChain(1, 16, 16, 8, 16)
+    k = chain_fuser.build_kernel(spec, chain_fuser.plan_chain(spec, top_k=1)[0], use_cache=False)
+    a, b, d = random_inputs(spec)
+    with pytest.raises(ChainShapeError, match="does not match"):
+        k(a, b[:, :, :8], d)
+    with pytest.raises(ChainDTypeError, match="float64"):
+        k(a.double(), b, d)
+    with pytest.raises(ChainDTypeError, match="int"):
+        k(a.to(torch.int32), b, d)
+    with pytest.raises(ChainShapeError, match="expected 3 tensors"):
+        k(a, b)
+
+
+def test_chain_that_fits_no_template():
+    from shared_ir import Graph, Tensor, ops
+
+    x = Tensor("x", (4, 8), role="input")
+    w1, w2, w3 = (Tensor(f"w{i}", (8, 8), role="weight") for i in range(3))
+    o1 = ops.matmul("mm1", x, w1, "y1")
+    o2 = ops.matmul("mm2", o1.outputs[0].tensor, w2, "y2")
+    o3 = ops.matmul("mm3", o2.outputs[0].tensor, w3, "y3")
+    (ch,) = Graph([o1, o2, o3]).chains()
+    with pytest.raises(UnsupportedChainError, match="3 compute ops"):
+        spec_from_chain(ch)
+    # a matmul followed by a conv: no template covers that pair
+    xi = Tensor("xi", (1, 4, 8, 8), role="input")
+    c1 = ops.conv2d("c1", xi, Tensor("wc", (4, 4, 3, 3), role="weight"), "t", padding=1)
+    m2 = ops.batch_matmul("mm", c1.outputs[0].tensor, Tensor("wm", (1, 4, 8, 8), role="input"), "z")
+    (ch2,) = Graph([c1, m2]).chains()
+    with pytest.raises(UnsupportedChainError, match="no template for conv2d→batch_matmul"):
+        spec_from_chain(ch2)
+
+
+def test_non_float_chain_in_graph_raises_dtype_error():
+    from shared_ir import Graph, Tensor, ops
+
+    a = Tensor("a", (1, 4, 4), "int8", role="input")
+    b = Tensor("b", (1, 4, 4), "int8", role="input")
+    d = Tensor("d", (1, 4, 4), "int8", role="input")
+    o1 = ops.batch_matmul("g1", a, b, "c")
+    o2 = ops.batch_matmul("g2", o1.outputs[0].tensor, d, "e")
+    (ch,) = Graph([o1, o2]).chains()
+    with pytest.raises(ChainDTypeError, match="int8"):
+        spec_from_chain(ch)
+
+
+def test_fma_peak_is_measured():
+    from chain_fuser.peak import measure_fma_peak
+
+    r = measure_fma_peak(iters=20000, repeat=2, save=False)
+    assert r["gflops"] > 1.0 and r["lanes"] >= 4
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, approximate="none"):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(24, 96)
+        self.fc2 = torch.nn.Linear(96, 20)
+        self.approximate = approximate
+
+    def forward(self, x):
+        return self.fc2(torch.nn.functional.gelu(self.fc1(x), approximate=self.approximate))
+
+
+def test_compile_whole_mlp_in_one_kernel():
+    m = MLP().eval()
+    x = torch.randn(2, 13, 24)
+    c = chain_fuser.compile(m, (x,), tune=False)
+    (d,) = c.fused
+    assert d.spec.bt and d.spec.dt and d.spec.bias1 and d.spec.bias2 and d.spec.glue == "gelu"
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+
+
+def test_tanh_gelu_is_not_fused_silently():
+    m = MLP("tanh").eval()
+    x = torch.randn(1, 5, 24)
+    with pytest.warns(UserWarning, match="approximate"):
+        c = chain_fuser.compile(m, (x,), tune=False)
+    assert not c.fused
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x))

@@ -1,0 +1,137 @@
+"""Generated kernels against PyTorch: every benchmark shape at reduced size, random small chains, odd sizes."""
+import pytest
+import torch
+from chain_fuser.kernel import build_kernel, random_inputs, reference
+from chain_fuser.planner import plan_chain
+from chain_fuser.spec import ConvChain, GemmChain
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("tvm")
+
+
+def check(spec, fused=True, rank=0, rtol=2e-4):
+    plans = plan_chain(spec, top_k=rank + 1)
+    k = build_kernel(spec, plans[min(rank, len(plans) - 1)], fused, use_cache=False)
+    ins = random_inputs(spec, seed=1)
+    got, ref = k(*ins), reference(spec, *ins)
+    assert got.shape == ref.shape
+    scale = float(ref.abs().max()) + 1e-6
+    err = float((got - ref).abs().max()) / scale
+    assert err < rtol, f"{spec.key}: relative error {err:.3g}"
+    return k
+
+
+def _reduced(spec):
+    """A benchmark shape at test size: batch <= 2, M and L / 16 (208 -> 13: odd sizes stay odd), N and K kept;
+    convs: channels / 16, feature maps 9x10. The structure (glue, layouts, 3x3 vs 1x1) is kept."""
+    from dataclasses import replace
+
+    if isinstance(spec, GemmChain):
+        return replace(spec, batch=min(spec.batch, 2), M=max(1, spec.M // 16), L=max(1, spec.L // 16))
+    return replace(spec, C=max(2, spec.C // 16), K1=max(2, spec.K1 // 16), K2=max(2, spec.K2 // 16), H=9, W=10)
+
+
+def _bench_shapes():
+    from chain_fuser.bench import shapes
+
+    seen, out = set(), []
+    for it in shapes("small"):
+        r = _reduced(it["spec"])
+        if r.key not in seen:
+            seen.add(r.key)
+            # conv shapes compile slowest: two run by default, all with -m slow
+            slow = isinstance(r, ConvChain) and it["name"] not in ("YOLO-2", "ResNet-50-3x3-3x3")
+            out.append(pytest.param(r, id=it["name"], marks=[pytest.mark.slow] if slow else []))
+    return out
+
+
+@pytest.mark.parametrize("spec", _bench_shapes())
+def test_every_benchmark_shape_at_reduced_size(spec):
+    check(spec)
+
+
+def test_fused_and_unfused_same_micro_kernel_agree():
+    spec = GemmChain(2, 48, 32, 16, 40, glue="relu")
+    a = check(spec, fused=True)
+    b = check(spec, fused=False)
+    assert a.plan.micro == b.plan.micro
+
+
+@pytest.mark.parametrize("spec", [GemmChain(2, 64, 64, 64, 96, glue="softmax", scale=0.125),
+                                  GemmChain(1, 37, 20, 16, 45, glue="softmax", scale=0.3),
+                                  GemmChain(1, 33, 17, 9, 50, glue="gelu")])
+def test_attention_and_glue(spec):
+    check(spec)
+
+
+def test_odd_sizes_196_49_are_padded_and_sliced():
+    k = check(GemmChain(1, 49, 24, 16, 196, glue="relu"))
+    assert k.plan.micro.mr >= 1
+    out = k(*random_inputs(k.spec))
+    assert tuple(out.shape) == (1, 49, 24)
+
+
+def test_several_block_orders_are_realised_correctly():
+    spec = GemmChain(1, 64, 32, 24, 96)
+    plans = plan_chain(spec, top_k=4)
+    from dataclasses import replace
+
+    base = plans[0]
+    for order in (("l", "m", "n", "k"), ("m", "n", "l", "k"), ("k", "m", "l", "n")):
+        lp = replace(base.fused, order=order, tiles={"m": 16, "l": 32, "k": 8, "n": 32, "b": 1})
+        levels = tuple(lp if x.level == base.fusion_level else x for x in base.levels)
+        p = replace(base, levels=levels)
+        k = build_kernel(spec, p, True, use_cache=False)
+        ins = random_inputs(spec)
+        torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=2e-4, atol=2e-4)
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(b=st.integers(1, 2), M=st.integers(1, 40), N=st.integers(1, 40), K=st.integers(1, 24), L=st.integers(1, 40),
+       glue=st.sampled_from(["none", "relu", "softmax"]))
+def test_random_small_chains(b, M, N, K, L, glue):
+    check(GemmChain(b, M, N, K, L, glue=glue, scale=0.5 if glue == "softmax" else 1.0))
+
+
+@pytest.mark.parametrize("spec", [ConvChain(1, 8, 10, 9, 16, 3, 3, 12, 1, 1, glue="relu"),
+                                  ConvChain(2, 3, 9, 7, 20, 3, 3, 17, 3, 3, bias1=True, bias2=True, glue="relu")])
+def test_conv_chains(spec):
+    check(spec)
+
+
+def test_conv_unfused_variant():
+    check(ConvChain(1, 4, 6, 6, 8, 3, 3, 8, 3, 3), fused=False)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("shape", [(8, 512, 64, 64, 512), (16, 208, 80, 80, 208), (1, 1024, 64, 64, 512)])
+def test_reference_gemm_chains_full_size(shape):
+    check(GemmChain(*shape))
+
+
+@pytest.mark.slow
+def test_attention_full_size():
+    check(GemmChain(2, 2048, 64, 64, 2048, glue="softmax", scale=0.125, bt=True))
+
+
+def _with_order(spec, order, tiles):
+    from dataclasses import replace
+
+    base = plan_chain(spec, top_k=1)[0]
+    lp = replace(base.fused, order=order, tiles=tiles)
+    return replace(base, levels=tuple(lp if x.level == base.fusion_level else x for x in base.levels))
+
+
+@pytest.mark.parametrize("spec", [GemmChain(2, 40, 24, 16, 100, glue="softmax", scale=0.2, bt=True),
+                                  GemmChain(1, 30, 64, 64, 256, glue="softmax", scale=0.125)])
+def test_online_softmax_attention_with_l_tiled(spec):
+    # l in the fused prefix: the scores exist one Tm×Tl block at a time; blocks are rescaled and combined
+    p = _with_order(spec, ("m", "l", "k", "n"), {"m": 16, "l": 32, "k": spec.K, "n": spec.N, "b": 1})
+    k = build_kernel(spec, p, True, use_cache=False)
+    ins = random_inputs(spec)
+    torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=2e-4, atol=2e-5)
+
+
+def test_mlp_spec_with_transposed_weights_and_biases():
+    check(GemmChain(1, 37, 20, 12, 45, glue="relu", bt=True, dt=True, bias1=True, bias2=True))

@@ -1,0 +1,153 @@
+"""The analytical model against hand-derived data volumes and a brute-force simulation of the block loops."""
+import itertools
+import math
+
+import pytest
+from chain_fuser.errors import InfeasiblePlanError
+from chain_fuser.model import dominant_tiles, explain, search_level
+from chain_fuser.planner import plan_chain
+from chain_fuser.spec import ConvChain, GemmChain, chain_nest
+
+
+def test_gemm_chain_dims_are_unified():
+    n = chain_nest(GemmChain(8, 512, 64, 32, 256))
+    assert n.extents == {"b": 8, "m": 512, "l": 256, "k": 32, "n": 64}
+    assert n.batch == ("b",)
+    assert set(n.loops) == {"m", "l", "k", "n"}
+    assert n.shared == {"b", "m", "l"}
+    assert [it.name for it in n.intermediates] == ["C"]
+
+
+@pytest.mark.parametrize("Tm,Tk,Tl,Tn", [(64, 32, 128, 16), (8, 8, 16, 8), (256, 32, 256, 32)])
+def test_order_mlkn_matches_reference_formula(Tm, Tk, Tl, Tn):
+    # reference: DV = MK⌈L/Tl⌉ + KL⌈M/Tm⌉ + NL⌈M/Tm⌉ + MN⌈L/Tl⌉ (when every loop has more than one trip)
+    M, N, K, L = 512, 64, 64, 512
+    n = chain_nest(GemmChain(1, M, N, K, L))
+    t = {"m": Tm, "k": Tk, "l": Tl, "n": Tn}
+    dv = n.dv(("m", "l", "k", "n"), t)
+
+    def c(x, y):
+        return math.ceil(x / y)
+
+    assert dv["A"] == 4 * M * K * c(L, Tl)
+    assert dv["B"] == 4 * K * L * c(M, Tm)
+    assert dv["D"] == 4 * N * L * c(M, Tm)
+    assert dv["E"] == 4 * M * N * c(L, Tl)
+    mu = n.mu(("m", "l", "k", "n"), t)
+    assert mu == 4 * max(Tm * Tk + Tk * Tl + Tm * Tl, Tm * Tl + Tl * Tn + Tm * Tn)
+
+
+def test_single_trip_loops_give_reuse():
+    # with Tk = K the k loop is not a loop: A's tile stays put across l, so A moves once (MK, not MK⌈L/Tl⌉)
+    M, N, K, L = 512, 64, 64, 512
+    n = chain_nest(GemmChain(1, M, N, K, L))
+    dv = n.dv(("m", "l", "k", "n"), {"m": 128, "k": 64, "l": 128, "n": 32})
+    assert dv["A"] == 4 * M * K
+    assert dv["B"] == 4 * K * L * (M // 128)
+
+
+def test_order_kmnl_hand_derived():
+    # order k,m,n,l: prefix is empty (k is private to GEMM 1): C lives whole (M×L); GEMM 1 nest k,m,l:
+    # A (m,k) innermost m -> MK; B (k,l) innermost l, m outside -> KL⌈M/Tm⌉; GEMM 2 nest m,n,l: D -> NL⌈M/Tm⌉,
+    # E (m,n) innermost n, l inside -> MN
+    M, N, K, L = 256, 64, 32, 128
+    n = chain_nest(GemmChain(1, M, N, K, L))
+    t = {"m": 32, "k": 8, "l": 32, "n": 16}
+    dv = n.dv(("k", "m", "n", "l"), t)
+    assert dv == {"A": 4 * M * K, "B": 4 * K * L * (M // 32), "D": 4 * N * L * (M // 32), "E": 4 * M * N}
+    # the live intermediate is the full C
+    assert n.live_tiles(("k", "m", "n", "l"), t)["m"] == M
+
+
+def _brute_force_dv(nest, order, tiles):
+    """Walk every op's block loops in order; a tensor's tile is (re)loaded whenever its block changes."""
+    t = nest.full_tiles(tiles)
+    total = {}
+    for u in nest.uses:
+        loops = nest.op_nest(u.op, order)
+        ranges = [range(0, nest.extents[d], t[d]) for d in loops]
+        last, moved = None, 0
+        for origin in itertools.product(*ranges):
+            lo = dict(zip(loops, origin))
+            key = tuple(lo[d] for d in loops if d in u.dims)
+            if key != last:
+                tile = {d: min(t[d], nest.extents[d] - lo[d]) for d in u.dims}
+                moved += u.access.footprint(tile, {d: lo[d] for d in u.dims})
+                last = key
+        total[u.name] = total.get(u.name, 0) + moved * u.elem_bytes
+    return total
+
+
+@pytest.mark.parametrize("spec", [GemmChain(2, 12, 6, 5, 10), GemmChain(1, 9, 4, 7, 8, glue="relu")])
+def test_gemm_dv_matches_brute_force_all_orders(spec):
+    n = chain_nest(spec)
+    for order in n.orders():
+        for tiles in ({"m": 4, "k": 2, "l": 3, "n": 4}, {"m": 12, "k": 5, "l": 4, "n": 1}, {"m": 5, "k": 7, "l": 8, "n": 2}):
+            assert n.dv(order, tiles) == _brute_force_dv(n, order, tiles), (order, tiles)
+
+
+def test_conv_dv_matches_brute_force_with_halo():
+    spec = ConvChain(1, 3, 9, 7, 4, 3, 3, 5, 3, 3, glue="relu")
+    n = chain_nest(spec)
+    assert set(n.window) == {"r1", "s1", "r2", "s2"}
+    for order in itertools.islice(n.orders(), 0, None, 7):
+        for tiles in ({"p": 4, "q": 3, "k1": 2, "c": 3, "k2": 5}, {"p": 9, "q": 2, "k1": 4, "c": 1, "k2": 2}):
+            assert n.dv(order, tiles) == _brute_force_dv(n, order, tiles), (order, tiles)
+
+
+def test_dominant_tiles_cover_every_trip_count():
+    for E, g in ((512, 8), (208, 16), (49, 1), (100, 7)):
+        cand = dominant_tiles(E, g)
+        trips = {math.ceil(E / T) for T in cand}
+        every = {math.ceil(E / T) for T in range(g, -(-E // g) * g + 1, g)}
+        assert trips == every
+        # the dominant tile is the smallest reaching its trip count
+        for T in cand:
+            assert all(math.ceil(E / T2) > math.ceil(E / T) for T2 in range(g, T, g))
+
+
+def test_search_is_exact_against_exhaustive_enumeration():
+    n = chain_nest(GemmChain(1, 10, 4, 5, 8))
+    cap, bw = 4 * 60, 1e9
+    got = search_level(n, cap, bw, top=1)[0]
+    best = None
+    for order in n.orders():
+        for tm, tk, tl, tn in itertools.product(range(1, 11), range(1, 6), range(1, 9), range(1, 5)):
+            t = {"m": tm, "k": tk, "l": tl, "n": tn}
+            if n.mu(order, t) > cap:
+                continue
+            dv = sum(n.dv(order, t).values())
+            if best is None or dv < best:
+                best = dv
+    assert got.dv_bytes == best
+    assert got.mu_bytes <= cap
+
+
+def test_search_infeasible_raises():
+    n = chain_nest(GemmChain(1, 64, 64, 64, 64))
+    with pytest.raises(InfeasiblePlanError, match="no tiles fit"):
+        search_level(n, 8, 1e9, level="tiny")
+
+
+def test_plan_levels_and_explain(capsys):
+    plans = plan_chain(GemmChain(8, 512, 64, 64, 512), top_k=3)
+    assert 1 <= len(plans) <= 3
+    p = plans[0]
+    assert [lp.level for lp in p.levels] == ["l3", "l2", "l1"]
+    for lp in p.levels:
+        assert lp.mu_bytes <= lp.capacity_bytes
+    # inner tiles never exceed outer ones
+    for outer, inner in zip(p.levels, p.levels[1:]):
+        assert all(inner.tiles[d] <= outer.tiles[d] for d in ("m", "k", "l", "n"))
+    text = explain(p)
+    out = capsys.readouterr().out
+    assert "order" in text and "DV" in text and "predicted" in text and text in out
+    assert p.predicted_s >= p.compute_s
+
+
+def test_memory_bound_chain_prefers_fusing_the_big_intermediate():
+    # a 8192x8192 intermediate never fits: the chosen L2 order keeps the m loop shared (C tile Tm x L)
+    p = plan_chain(GemmChain(1, 8192, 16, 16, 8192), top_k=1)[0]
+    l2 = p.level("l2")
+    assert l2.order[0] == "m" and l2.parallel_units >= 2
+    assert l2.dv_bytes < 4 * 8192 * 8192  # far less than writing the intermediate once

@@ -1,0 +1,51 @@
+"""The Hydra task functions and the benchmark entry (smoke: one small shape each)."""
+import csv
+import json
+
+import pytest
+from chain_fuser.config import ChainsExperiment
+
+from shared_ir.errors import ValidationError
+
+pytest.importorskip("tvm")
+
+
+def test_config_validation_names_the_field():
+    with pytest.raises(ValidationError, match="task.top_k"):
+        ChainsExperiment(top_k=0)
+    with pytest.raises(ValidationError, match="task.scale"):
+        ChainsExperiment(scale="huge")
+    with pytest.raises(ValidationError, match="task.shapes"):
+        ChainsExperiment(shapes="Bert-Small")
+
+
+def test_gemm_chains_task_writes_table_and_plot(tmp_path):
+    from chain_fuser.tasks import gemm_chains
+
+    s = gemm_chains(None, None, str(tmp_path), shapes=["ViT-Base/16"], top_k=1, repeat=1, budget_s=0.05)
+    assert s["shapes"] == 1 and s["geomean_vs_torch"] > 0
+    rows = list(csv.DictReader(open(tmp_path / "gemm_chains.csv")))
+    assert rows[0]["shape"] == "ViT-Base/16" and float(rows[0]["ours_ms"]) > 0
+    assert (tmp_path / "gemm_chains.png").stat().st_size > 1000
+
+
+def test_unknown_shape_is_a_clear_error(tmp_path):
+    from chain_fuser.tasks import conv_chains
+
+    with pytest.raises(ValidationError, match="unknown shapes"):
+        conv_chains(None, None, str(tmp_path), shapes=["NoSuchNet"])
+
+
+@pytest.mark.slow
+def test_bench_smoke(tmp_path):
+    from chain_fuser.bench import run
+
+    out = tmp_path / "bench.json"
+    res = run("small", top_k=2, repeat=1, out=str(out), only=["ViT-Base/16", "YOLO-2"], metaschedule=False,
+              openblas=True, log=lambda *a: None)
+    data = json.loads(out.read_text())
+    assert data["fma_peak_gflops"] > 0 and len(data["shapes"]) == 2
+    for key in ("reference_geomean_vs_torch", "reference_min_vs_torch", "reference_peak_fraction",
+                "geomean_fused_vs_unfused_same_microkernel", "model_pick_vs_best_measured", "server_predictions"):
+        assert key in data
+    assert res["shapes"][0]["ms"]["ours"] > 0
