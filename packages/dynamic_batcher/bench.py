@@ -32,10 +32,12 @@ from .rl import ENCODINGS, FSMPolicy, QConfig
 from .workloads import FAMILIES, make_workload
 
 SCALES = {
-    "tiny": dict(repeats=3, minibatches=2, episodes=100, slow_repeats=0),
+    "tiny": dict(repeats=3, minibatches=2, episodes=100, slow_repeats=0, exact_cases=((2, 6),), exact_seconds=5.0),
     # repeats: timed minibatches per variant (after one warm-up each); minibatches: distinct minibatches cycled
-    "small": dict(repeats=7, minibatches=3, episodes=300, slow_repeats=1),
-    "full": dict(repeats=20, minibatches=10, episodes=1000, slow_repeats=3),
+    "small": dict(repeats=7, minibatches=3, episodes=300, slow_repeats=1,
+                  exact_cases=((2, 12), (2, 20), (3, 12), (4, 10)), exact_seconds=20.0),
+    "full": dict(repeats=20, minibatches=10, episodes=1000, slow_repeats=3,
+                 exact_cases=((2, 12), (2, 20), (3, 12), (4, 10), (4, 14), (6, 10)), exact_seconds=60.0),
 }
 
 
@@ -96,7 +98,8 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
         st = p.train(g0, QConfig(max_episodes=sc["episodes"], seed=seed))
         fsms[enc] = p
         train[enc] = {"episodes": st.episodes, "seconds": round(st.seconds, 3), "batches": st.best_batches,
-                      "fallback_batches": st.fallback_batches, "states_seen": st.states_seen}
+                      "fallback_batches": st.fallback_batches, "states_seen": st.states_seen,
+                      "fallback": st.fallback}
     best_enc = min(ENCODINGS, key=lambda e: (train[e]["batches"], ENCODINGS.index(e)))
     fsm = fsms[best_enc]
     if policy_dir:
@@ -131,6 +134,14 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     fs.train(gs, QConfig(max_episodes=min(200, sc["episodes"]), seed=seed))
     batches["small_graph"] = {"nodes": gs.n, "lower_bound": gs.lower_bound(), "exact": len(ex) if ex else None,
                               "fsm": len(fs.schedule(gs)), "typewise_lb": len(make_policy("typewise_lb").schedule(gs))}
+    # is the lower bound tight? a chain-aware bound (pairwise shortest common supersequence of the cell chains) on
+    # the full graph, and exact optima (CP-SAT) of small lattice minibatches where the A* search cannot go
+    batches["scs_lower_bound"] = g0.scs_lower_bound()[0]
+    batches["critical_path"] = len(make_policy("critical_path").schedule(g0))
+    if FAMILIES[name] == "lattice":
+        if g0.n <= 8000:  # |ready| full simulations per decision: ~1 s at batch 32, too slow for sweeps at 128
+            batches["rollout"] = len(make_policy("rollout").schedule(g0))
+        batches["exact_small"] = _lattice_exact(wl, best_enc, sc, seed, log)
     res["batches"] = batches
     log(f"[{name}] nodes={g0.n} LB={lb} fsm={batches['fsm']} ({best_enc}) typewise={batches['typewise_lb']} "
         + " ".join(f"{p}={batches[p]}" for p in DYNET_BASELINES) + f" | small: exact={batches['small_graph']['exact']} "
@@ -210,6 +221,29 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     return res
 
 
+def _lattice_exact(wl, enc: str, sc: dict, seed: int, log=print) -> list[dict[str, Any]]:
+    """Exact optimum (CP-SAT, OPTIMAL or the proven bound) vs lower bounds and policies on small lattice
+    minibatches (k instances of L characters)."""
+    from .exact_cp import exact_cpsat
+
+    rows = []
+    for k, L in sc["exact_cases"]:
+        gs = _graph(wl, wl.minibatch(random.Random(seed + 7), k, L), "block")
+        fs = FSMPolicy(enc)
+        fs.train(gs, QConfig(max_episodes=min(200, sc["episodes"]), seed=seed))
+        r = exact_cpsat(gs, time_limit=sc["exact_seconds"], workers=1, seed=seed)
+        row = {"instances": k, "chars": L, "nodes": gs.n, "lower_bound": gs.lower_bound(),
+               "scs_lower_bound": gs.scs_lower_bound()[0], "exact": r["batches"] if r["status"] == "OPTIMAL" else None,
+               "exact_status": r["status"], "exact_bound": r["bound"], "exact_seconds": r["seconds"],
+               "fsm": len(fs.schedule(gs)), "typewise_lb": len(make_policy("typewise_lb").schedule(gs)),
+               "critical_path": len(make_policy("critical_path").schedule(gs)),
+               "rollout": len(make_policy("rollout").schedule(gs))}
+        rows.append(row)
+        log(f"  exact k={k} L={L}: " + " ".join(f"{a}={row[a]}" for a in ("nodes", "lower_bound", "scs_lower_bound",
+                                                                           "exact", "fsm", "typewise_lb", "rollout")))
+    return rows
+
+
 def rl_on_small_dags(cases: int = 8, episodes: int = 400, seed: int = 0) -> dict[str, Any]:
     """Does the learning pay off where the heuristic is not optimal? Random 14-node DAGs with 3 types on which the
     type-wise heuristic misses the exact optimum: FSM (best encoding) vs heuristic vs exact."""
@@ -255,6 +289,13 @@ def summarize(workloads: list[dict]) -> dict[str, Any]:
             "speedup": {f: {"target": targets[f], "met": _geomean(v["e2e"]) >= targets[f]} for f, v in fam.items()},
             "batches_le_1.05_lb": {w["name"]: w["batches"]["fsm"] <= 1.05 * w["batches"]["lower_bound"]
                                    for w in workloads},
+            # where the exact optimum is known: is the lower bound itself tight, and how far is the FSM from it
+            "exact_over_lb_small_lattices": {w["name"]: [round(r["exact"] / r["lower_bound"], 3)
+                                                          for r in w["batches"]["exact_small"] if r["exact"]]
+                                             for w in workloads if "exact_small" in w["batches"]},
+            "fsm_over_exact_small_lattices": {w["name"]: [round(r["fsm"] / r["exact"], 3)
+                                                           for r in w["batches"]["exact_small"] if r["exact"]]
+                                              for w in workloads if "exact_small" in w["batches"]},
             "fsm_equals_exact_small": {w["name"]: w["batches"]["small_graph"]["exact"] is None
                                        or w["batches"]["small_graph"]["fsm"] == w["batches"]["small_graph"]["exact"]
                                        for w in workloads},

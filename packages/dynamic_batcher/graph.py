@@ -13,6 +13,9 @@ from .errors import BatcherError, CycleError
 from .ir import UNBATCHABLE_KINDS
 
 
+_TYPE_KEYS: dict[tuple, str] = {}  # signature -> text key, shared by every minibatch (formatting is per flush)
+
+
 class DynGraph:
     """A DAG of typed nodes. Node i: kind, args [(src node, output index)], params, attrs, output shapes, data."""
 
@@ -30,6 +33,9 @@ class DynGraph:
         self.preds: list[tuple] = []  # distinct argument nodes
         self._h = 0  # rolling hash of the structure (types + argument references), updated per node
         self.succ: list[list[int]] = []
+        self.argflat: list[int] = []  # every argument as (src node, output index), flattened: planning converts it
+        self.arity: list[int] = []  # to numpy in one call instead of walking the nested tuples per minibatch
+        self.sources: list[int] = []  # nodes without arguments (the initial frontier)
         self.results: Any = None  # set by the executor after a flush
         self._frozen: "GraphView | None" = None
 
@@ -63,8 +69,15 @@ class DynGraph:
         ps = tuple(dict.fromkeys(a for a, _ in args)) if len(args) > 1 else tuple(a for a, _ in args)
         self.preds.append(ps)
         self.succ.append([])
-        for p in ps:
-            self.succ[p].append(i)
+        self.arity.append(len(args))
+        if args:
+            af = self.argflat
+            for a in args:
+                af += a
+            for p in ps:
+                self.succ[p].append(i)
+        else:
+            self.sources.append(i)
         self._frozen = None
         return i
 
@@ -78,7 +91,15 @@ class DynGraph:
         """A stable text key of a type (the same signature in another minibatch gets the same key)."""
         if t == 0:
             return "unbatchable"
-        kind, params, ashapes, attrs, shapes = self.type_sig[t]
+        sig = self.type_sig[t]
+        key = _TYPE_KEYS.get(sig)
+        if key is None:
+            key = _TYPE_KEYS[sig] = self._format_key(sig)
+        return key
+
+    @staticmethod
+    def _format_key(sig: tuple) -> str:
+        kind, params, ashapes, attrs, shapes = sig
         params = [p.name for p in params]
         a = ",".join(f"{k}={v}" for k, v in attrs if k != "fn")
         return f"{kind}[{'|'.join(params)}]{list(ashapes)}{('{' + a + '}') if a else ''}->{list(shapes)}"
@@ -87,7 +108,8 @@ class DynGraph:
         if self._frozen is None:
             # node ids of a recorded graph are a topological order (arguments exist before their users)
             self._frozen = GraphView(self.type, self.preds, [self.type_key(t) for t in range(len(self.type_sig))],
-                                     names=None, labels=self, succ=self.succ, topo=range(self.n))
+                                     names=None, labels=self, succ=self.succ, topo=range(self.n),
+                                     sources=self.sources)
         return self._frozen
 
     def structure_key(self) -> tuple:
@@ -105,7 +127,8 @@ class GraphView:
     """Adjacency and analyses of a typed DAG (types[i], preds[i]); validates acyclicity on construction."""
 
     def __init__(self, types: list[int], preds: list[tuple], type_keys: list[str], names: list[str] | None = None,
-                 labels: Any = None, succ: list[list[int]] | None = None, topo: Any = None):
+                 labels: Any = None, succ: list[list[int]] | None = None, topo: Any = None,
+                 sources: list[int] | None = None):
         self.n = len(types)
         self.types = types
         self.type_keys = type_keys
@@ -124,8 +147,10 @@ class GraphView:
                         raise BatcherError(f"node {self.name(v)}: argument refers to unknown node {p}")
                     self.succ[p].append(v)
         self.indeg = [len(p) for p in self.preds]
+        self.sources = sources if sources is not None else [v for v, d in enumerate(self.indeg) if not d]
         self.topo = topo if topo is not None else self._toposort()
         self._depth = None
+        self._height = None
         self._lb = None
         self._gt = None
 
@@ -177,6 +202,19 @@ class GraphView:
             self._depth = d
         return self._depth
 
+    @property
+    def height(self) -> list[int]:
+        """Longest path (in edges) from each node to a sink: the critical-path priority of the cheap heuristic."""
+        if self._height is None:
+            h = [0] * self.n
+            succ = self.succ
+            for v in reversed(self.topo):
+                ss = succ[v]
+                if ss:
+                    h[v] = 1 + max(map(h.__getitem__, ss))
+            self._height = h
+        return self._height
+
     # --- lower bound ------------------------------------------------------------------------------------------
     def lower_bound(self) -> int:
         """#unbatchable nodes + Σ_t max number of type-t nodes on any path."""
@@ -188,9 +226,14 @@ class GraphView:
         """Lower bound of the subgraph induced by ``nodes`` (used by the exact search on remaining nodes)."""
         keep = set(nodes)
         unb = sum(1 for v in keep if self.types[v] == 0)
+        return unb + sum(self._maxpath_counts(keep).values())
+
+    def _maxpath_counts(self, nodes: Iterable[int]) -> dict[int, int]:
+        """Per batchable type: the largest number of its nodes on one path of the subgraph induced by ``nodes``."""
+        keep = nodes if isinstance(nodes, (set, range)) else set(nodes)
         tset = sorted({self.types[v] for v in keep if self.types[v] != 0})
         if not tset:
-            return unb
+            return {}
         col = {t: j for j, t in enumerate(tset)}
         cnt = np.zeros((self.n, len(tset)), dtype=np.int32)
         for v in self.topo:
@@ -205,7 +248,55 @@ class GraphView:
             if t:
                 row[col[t]] += 1
             cnt[v] = row
-        return unb + int(cnt.max(axis=0).sum())
+        return dict(zip(tset, cnt.max(axis=0).tolist()))
+
+    def scs_lower_bound(self, max_types: int = 6) -> tuple[int, list[str]]:
+        """A tighter lower bound for recurrences of differently typed cells (lattices): for a set S of cell types
+        whose nodes form one dependency chain per instance (connected component), the batches of S-types form a
+        common supersequence of every instance's S-type sequence, so they number at least the longest pairwise
+        shortest common supersequence (exact O(|a||b|) DP); the other types keep their max-on-a-path counts.
+        Tries every subset S of the static-block types (at most ``max_types`` of them); returns the best bound
+        and its S (empty when nothing beats :meth:`lower_bound`)."""
+        import itertools
+
+        lb = self.lower_bound()
+        cand = [t for t in range(1, self.ntypes) if self.type_keys[t].startswith("block")]
+        if not cand or len(cand) > max_types:
+            return lb, []
+        per_type = self._maxpath_counts(range(self.n))
+        root = list(range(self.n))
+
+        def find(x: int) -> int:
+            while root[x] != x:
+                root[x] = root[root[x]]
+                x = root[x]
+            return x
+
+        for v, ps in enumerate(self.preds):
+            for p in ps:
+                root[find(v)] = find(p)
+        comp = [find(v) for v in range(self.n)]
+        best, best_s = lb, []
+        for r in range(1, len(cand) + 1):
+            for S in itertools.combinations(cand, r):
+                ss = set(S)
+                seqs: dict[int, list[int]] = {}
+                for v in range(self.n):  # node ids are a topological order
+                    if self.types[v] in ss:
+                        seqs.setdefault(comp[v], []).append(v)
+                if not all(b in self.succ[a] for q in seqs.values() for a, b in zip(q, q[1:])):
+                    continue  # not one chain per instance
+                ts = sorted(([self.types[v] for v in q] for q in seqs.values()), key=len, reverse=True)
+                sc = len(ts[0]) if ts else 0
+                for i in range(len(ts)):
+                    for j in range(i + 1, len(ts)):
+                        if len(ts[i]) + len(ts[j]) <= sc:
+                            break  # sorted by length: no later pair can beat sc
+                        sc = max(sc, _scs_len(ts[i], ts[j]))
+                bound = lb - sum(per_type.get(t, 0) for t in S) + sc
+                if bound > best:
+                    best, best_s = bound, [self.type_keys[t] for t in S]
+        return best, best_s
 
     # --- reduced per-type graphs G_t ---------------------------------------------------------------------------
     def typewise_preds(self) -> list[list[int]]:
@@ -242,6 +333,21 @@ class GraphView:
                         stack.extend(succ[w])
             self._gt = gpred
         return self._gt
+
+
+def _scs_len(a: list[int], b: list[int]) -> int:
+    """Length of a shortest common supersequence of two sequences (DP over one row)."""
+    m = len(b)
+    prev = list(range(m + 1))
+    for i, x in enumerate(a, 1):
+        cur = [i] + [0] * m
+        for j in range(1, m + 1):
+            if x == b[j - 1]:
+                cur[j] = prev[j - 1] + 1
+            else:
+                cur[j] = (prev[j] if prev[j] < cur[j - 1] else cur[j - 1]) + 1
+        prev = cur
+    return prev[m]
 
 
 def graph_from_spec(spec: Mapping[str, Mapping[str, Any]]) -> GraphView:

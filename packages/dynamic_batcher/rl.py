@@ -22,9 +22,10 @@ from typing import Any
 
 from .errors import ConfigError, PolicyFileError
 from .graph import GraphView
-from .policies import Policy, Sim, TypewiseLB
+from .policies import CriticalPath, Policy, Sim, TypewiseLB
 
 ENCODINGS = ("set", "sorted", "set_max")
+FALLBACKS = {"typewise": TypewiseLB, "critical": CriticalPath}
 FORMAT = "dynamic_batcher.fsm/1"
 
 
@@ -86,6 +87,8 @@ class TrainStats:
     states_seen: int = 0
     fallback_batches: int = 0
     """Batches of the empty table (pure fallback heuristic): the best table is never worse."""
+    fallback: str = ""
+    """The fallback heuristic chosen for unseen states (``critical`` or ``typewise``)."""
 
 
 class FSMPolicy(Policy):
@@ -95,15 +98,18 @@ class FSMPolicy(Policy):
     typewise = False
 
     def __init__(self, encoding: str = "sorted", table: dict | None = None, model_fingerprint: str = "",
-                 model_name: str = ""):
+                 model_name: str = "", fallback: str = "typewise"):
         if encoding not in ENCODINGS:
             raise ConfigError("fsm.encoding", f"unknown encoding {encoding!r}; expected one of {ENCODINGS}")
+        if fallback not in FALLBACKS:
+            raise ConfigError("fsm.fallback", f"unknown fallback {fallback!r}; expected one of {sorted(FALLBACKS)}")
         self.encoding = encoding
         self.name = f"fsm_{encoding}"
         self.table: dict[Any, dict[str, float]] = table or {}
         self.model_fingerprint = model_fingerprint
         self.model_name = model_name
-        self.fallback = TypewiseLB()
+        self.fallback_name = fallback
+        self.fallback = FALLBACKS[fallback]()
         self.lookups = 0
         self.misses = 0
         self._prepared = None
@@ -116,7 +122,8 @@ class FSMPolicy(Policy):
         if self._prepared is not sim.g:
             self.fallback.prepare(sim.g)
             self._prepared = sim.g
-        sim.enable_typewise()
+        if self.fallback.typewise:
+            sim.enable_typewise()
 
     def greedy(self, sim: Sim, ready: list[int], table: dict | None = None) -> int:
         table = self.table if table is None else table
@@ -199,8 +206,16 @@ class FSMPolicy(Policy):
         lb = g.lower_bound()
         table: dict = {}
         best_table: dict = {}
-        best = self._rollout(g, best_table, 0.0, rng, None)  # empty table = pure fallback
-        st = TrainStats(lower_bound=lb, best_batches=best, history=[(0, best)])
+        # fallback for unseen states: the better of the two heuristics on this graph (ties: the cheap
+        # critical-path one, which needs no reduced per-type graphs at inference)
+        scores = {}
+        for fb in ("critical", "typewise"):
+            self.fallback_name, self.fallback, self._prepared = fb, FALLBACKS[fb](), None
+            scores[fb] = self._rollout(g, best_table, 0.0, rng, None)  # empty table = pure fallback
+        fb = min(scores, key=lambda f: (scores[f], f != "critical"))
+        self.fallback_name, self.fallback, self._prepared = fb, FALLBACKS[fb](), None
+        best = scores[fb]
+        st = TrainStats(lower_bound=lb, best_batches=best, history=[(0, best)], fallback=fb)
         eps = cfg.eps_start
         ep = 0
         while ep < cfg.max_episodes and (ep < cfg.eval_every or not best < cfg.stop_ratio * lb):
@@ -229,7 +244,7 @@ class FSMPolicy(Policy):
 
         rows = [[_jsonable(s), r] for s, r in self.table.items()]
         doc = {"format": FORMAT, "model": self.model_name, "fingerprint": self.model_fingerprint,
-               "encoding": self.encoding, "table": rows,
+               "encoding": self.encoding, "fallback": self.fallback_name, "table": rows,
                "train": {"episodes": self.stats.episodes, "seconds": self.stats.seconds,
                          "best_batches": self.stats.best_batches, "lower_bound": self.stats.lower_bound}}
         atomic_write_text(str(path), json.dumps(doc))
@@ -251,7 +266,10 @@ class FSMPolicy(Policy):
                                         f"{doc.get('fingerprint')}), not for model {model.name!r} (fingerprint "
                                         f"{model.fingerprint()})")
         table = {_hashable(s): {str(k): float(v) for k, v in r.items()} for s, r in doc["table"]}
-        p = cls(doc["encoding"], table, doc.get("fingerprint", ""), doc.get("model", ""))
+        fb = doc.get("fallback", "typewise")
+        if fb not in FALLBACKS:
+            raise PolicyFileError(path, f"unknown fallback {fb!r}; expected one of {sorted(FALLBACKS)}")
+        p = cls(doc["encoding"], table, doc.get("fingerprint", ""), doc.get("model", ""), fallback=fb)
         tr = doc.get("train", {})
         p.stats = TrainStats(episodes=tr.get("episodes", 0), seconds=tr.get("seconds", 0.0),
                              best_batches=tr.get("best_batches", 0), lower_bound=tr.get("lower_bound", 0))
@@ -273,4 +291,4 @@ def train_fsm(g: GraphView, encoding: str = "sorted", cfg: QConfig | None = None
     return p
 
 
-__all__ = ["ENCODINGS", "encode", "QConfig", "TrainStats", "FSMPolicy", "train_fsm"]
+__all__ = ["ENCODINGS", "FALLBACKS", "encode", "QConfig", "TrainStats", "FSMPolicy", "train_fsm"]

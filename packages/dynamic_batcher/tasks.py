@@ -36,9 +36,12 @@ def _rows(ws: list[dict], extra: dict | None = None) -> tuple[list[dict], list[d
                        "exec_instances_per_s": round(w["exec_throughput"].get(pol, 0.0), 2),
                        **{f"{k}_ms": v2 for k, v2 in w["phase_ms"][pol].items()}})
         b = w["batches"]
-        for pol in ("fsm", "fsm_set", "fsm_sorted", "fsm_set_max", "typewise_lb", "dynet_depth", "dynet_agenda",
-                    "dynet_agenda_depth", "no_batching"):
+        for pol in ("fsm", "fsm_set", "fsm_sorted", "fsm_set_max", "typewise_lb", "critical_path", "rollout",
+                    "dynet_depth", "dynet_agenda", "dynet_agenda_depth", "no_batching"):
+            if pol not in b:  # rollout: lattices only (an offline reference)
+                continue
             bt.append({**base, "policy": pol, "batches": b[pol], "lower_bound": b["lower_bound"],
+                       "scs_lower_bound": b.get("scs_lower_bound", b["lower_bound"]),
                        "ratio_to_lb": round(b[pol] / b["lower_bound"], 4)})
     return tp, bt
 
