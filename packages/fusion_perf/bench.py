@@ -19,26 +19,54 @@ import time
 
 import numpy as np
 
-SCALES = {"small": {"n_random": 600, "iterations": 100, "rollouts": 128},
-          "full": {"n_random": 2000, "iterations": 300, "rollouts": 256}}
+# Search budget per template (the same for every template, FLAT-like and layer-by-layer included): MCTS
+# iterations split over ``restarts`` seeded runs, ``rollouts`` completions per iteration, local search from
+# ``top_k`` diverse starts (fusion_perf.dse.DSE_SEARCH).
+# cloud_accel's trees have a fourth level (about 60 free variables, twice edge's local-search cost per start),
+# so the small scale refines fewer starts there, without kicks; within an arch every template gets the same budget.
+SCALES = {"small": {"n_random": 600, "iterations": 40, "rollouts": 256, "restarts": 4, "top_k": 24,
+                    "kicks": 2, "per_arch": {"cloud_accel": {"top_k": 8, "kicks": 0}}},
+          "full": {"n_random": 2000, "iterations": 160, "rollouts": 256, "restarts": 8, "top_k": 64, "kicks": 4,
+                   "per_arch": {}}}
+
+
+TESTS_REL = os.path.join("tests", "test_fusion_perf")
 
 
 def _simulator():
-    root = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    if root not in sys.path:
-        sys.path.insert(0, root)
-    try:
-        from tests.test_fusion_perf.randtree import make_arch, random_problem, random_tree
-        from tests.test_fusion_perf.simulator import simulate
-    except ImportError as e:  # an installed package without the repository's tests
-        raise SystemExit(f"fusion_perf.bench needs the repository's tests/test_fusion_perf (trace simulator): {e}")
-    return make_arch, random_problem, random_tree, simulate
+    """The trace simulator and random-tree generator from the checkout's ``tests/test_fusion_perf`` (the issue puts
+    the simulator in the test code). Looked up next to this package's source (editable install / repo checkout),
+    then under the current directory; loaded by file path so that an unrelated installed ``tests`` package cannot
+    shadow it. Returns None (with the reason) when no checkout with those tests is found."""
+    import importlib.util
+
+    here = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+    tried = []
+    for root in dict.fromkeys([here, os.getcwd()]):
+        d = os.path.join(root, TESTS_REL)
+        tried.append(d)
+        if not (os.path.isfile(os.path.join(d, "simulator.py")) and os.path.isfile(os.path.join(d, "randtree.py"))):
+            continue
+        mods = {}
+        for name in ("simulator", "randtree"):
+            spec = importlib.util.spec_from_file_location(f"_fusion_perf_bench_{name}", os.path.join(d, f"{name}.py"))
+            m = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(m)
+            mods[name] = m
+        r = mods["randtree"]
+        return (r.make_arch, r.random_problem, r.random_tree, mods["simulator"].simulate), d
+    return None, f"no {TESTS_REL}/simulator.py in {' or '.join(tried)} (run from a repository checkout)"
 
 
 def bench_exact(n: int, seed0: int = 10_000) -> dict:
     from .model import compile_tree, tree_factors
 
-    make_arch, random_problem, random_tree, simulate = _simulator()
+    sim, where = _simulator()
+    if sim is None:
+        print(f"  EXACTNESS NOT CHECKED: the trace simulator lives in the repository's tests and is unavailable: "
+              f"{where}", flush=True)
+        return {"exact_fraction": None, "n_random_mappings": 0, "exactness_unavailable": where}
+    make_arch, random_problem, random_tree, simulate = sim
     ok, bad = 0, []
     t = time.perf_counter()
     for s in range(seed0, seed0 + n):
@@ -52,7 +80,7 @@ def bench_exact(n: int, seed0: int = 10_000) -> dict:
         else:
             bad.append(s)
     return {"exact_fraction": ok / n, "n_random_mappings": n, "inexact_seeds": bad[:20],
-            "exact_check_s": time.perf_counter() - t}
+            "exact_check_s": time.perf_counter() - t, "simulator": os.path.relpath(where)}
 
 
 def attention_tree():
@@ -96,23 +124,30 @@ def bench_speed(repeats: int = 7) -> dict:
             "batched_feasible_fraction": float(br.feasible.mean()), "batch_size": len(X)}
 
 
-def bench_dse(iterations: int, rollouts: int, archs=("edge_accel", "cloud_accel")) -> dict:
+def bench_dse(budget: dict, archs=("edge_accel", "cloud_accel"), shapes=None) -> dict:
     from .dse import ATTENTION_SHAPES, attention_problem, compare, geomean
 
     out = {}
     for a in archs:
         rows = []
         for sh in ATTENTION_SHAPES:
-            r = compare(attention_problem(sh), a, iterations=iterations, rollouts=rollouts)
-            rows.append({"shape": sh[0], "best": r["best"], "cycles": r["cycles"],
-                         "speedup_vs_layerwise": r.get("speedup_vs_layerwise"),
+            if shapes and sh[0] not in shapes:
+                continue
+            kw = {**{k: v for k, v in budget.items() if k != "per_arch"}, **budget.get("per_arch", {}).get(a, {})}
+            r = compare(attention_problem(sh), a, **kw)
+            rows.append({"shape": sh[0], "best": r["best"], "best_structure": r["best_structure"],
+                         "cycles": r["cycles"], "speedup_vs_layerwise": r.get("speedup_vs_layerwise"),
                          "speedup_vs_flat": r.get("speedup_vs_flat"),
-                         "compute_bound_cycles": r["compute_bound_cycles"], "search_s": r["search_s"]})
+                         "compute_bound_cycles": r["compute_bound_cycles"], "search_s": r["search_s"],
+                         "evaluations_per_template": r["evaluations_per_template"]})
             print(f"  {a:12} {sh[0]:13} best {r['best']:9} {r['best_cycles']:12.4g} cycles  "
                   f"vs layerwise {r.get('speedup_vs_layerwise', float('nan')):5.2f}x  "
-                  f"vs FLAT {r.get('speedup_vs_flat', float('nan')):5.2f}x  ({r['search_s']:.1f}s)", flush=True)
+                  f"vs FLAT {r.get('speedup_vs_flat', float('nan')):5.2f}x  ({r['search_s']:.1f}s, "
+                  f"{min(r['evaluations_per_template'].values())}-{max(r['evaluations_per_template'].values())} "
+                  f"evals/template)  {r['best_structure']}", flush=True)
         out[a] = {"geomean_speedup_vs_layerwise": geomean([x["speedup_vs_layerwise"] for x in rows]),
-                  "geomean_speedup_vs_flat": geomean([x["speedup_vs_flat"] for x in rows]), "shapes": rows}
+                  "geomean_speedup_vs_flat": geomean([x["speedup_vs_flat"] for x in rows]),
+                  "budget_per_template": r["budget"], "shapes": rows}
     return out
 
 
@@ -120,21 +155,27 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fusion_perf.bench", description=__doc__)
     ap.add_argument("--scale", choices=list(SCALES), default="small")
     ap.add_argument("--out", default="results/bench-fusion_perf.json")
+    ap.add_argument("--shapes", nargs="*", default=None, help="attention shapes to run (default: all nine)")
     a = ap.parse_args(argv)
     sc = SCALES[a.scale]
     t0 = time.perf_counter()
     res: dict = {"scale": a.scale}
     print(f"exactness: {sc['n_random']} random trees vs the trace simulator ...", flush=True)
     res.update(bench_exact(sc["n_random"]))
-    print(f"  exact_fraction {res['exact_fraction']:.4f} of {res['n_random_mappings']}", flush=True)
+    if res["exact_fraction"] is not None:
+        print(f"  exact_fraction {res['exact_fraction']:.4f} of {res['n_random_mappings']}", flush=True)
     res.update(bench_speed())
     print(f"speed: {res['us_per_eval']:.0f} us per fused attention evaluation (target < 1000), "
           f"{res['evals_per_s_batched']:.0f} evals/s batched (target > 10000)", flush=True)
     print("attention DSE (every template searched; ratios = template cycles / best cycles):", flush=True)
-    res["attention_dse"] = bench_dse(sc["iterations"], sc["rollouts"])
+    budget = {k: v for k, v in sc.items() if k != "n_random"}
+    res["attention_dse"] = bench_dse(budget, shapes=a.shapes)
     res["wall_s"] = time.perf_counter() - t0
     print("\nsummary")
-    print(f"  exact_fraction        {res['exact_fraction']:.4f}  ({res['n_random_mappings']} mappings)")
+    if res["exact_fraction"] is None:
+        print(f"  exact_fraction        NOT CHECKED ({res['exactness_unavailable']})")
+    else:
+        print(f"  exact_fraction        {res['exact_fraction']:.4f}  ({res['n_random_mappings']} mappings)")
     print(f"  us_per_eval           {res['us_per_eval']:.0f}")
     print(f"  evals_per_s_batched   {res['evals_per_s_batched']:.0f}")
     for k, v in res["attention_dse"].items():

@@ -23,10 +23,16 @@ class DSEConfig:
     """Shape names (``fusion_perf.dse.ATTENTION_SHAPES`` / ``CONV_SHAPES``); null = all."""
     templates: list[str] = field(default_factory=lambda: list(TEMPLATES))
     """Fusion templates to search (layerwise, flat, chimera, fused, tileflow)."""
-    iterations: int = 60
-    """MCTS iterations per template."""
-    rollouts: int = 128
+    iterations: int = 40
+    """MCTS iterations per template (split over ``restarts`` runs)."""
+    rollouts: int = 256
     """Random completions evaluated (in one vectorised call) per MCTS iteration."""
+    restarts: int = 4
+    """Independent MCTS runs (seeds derived from ``seed``) sharing the iterations."""
+    top_k: int = 24
+    """Diverse best points refined by local search (single and two-variable moves)."""
+    kicks: int = 2
+    """Iterated-local-search rounds per refined start (redraw a few variables, refine, keep if better); >= 0."""
     seed: int = 0
     """Search seed."""
     softmax: bool = True
@@ -37,6 +43,10 @@ class DSEConfig:
     def __post_init__(self):
         _pos(self, "iterations")
         _pos(self, "rollouts")
+        _pos(self, "restarts")
+        _pos(self, "top_k")
+        if not isinstance(self.kicks, int) or isinstance(self.kicks, bool) or self.kicks < 0:
+            raise ValidationError("task.kicks", f"must be an integer >= 0, got {self.kicks!r}", self.kicks)
         self.templates = list(self.templates)
         for i, t in enumerate(self.templates):
             if t not in TEMPLATES:

@@ -676,18 +676,23 @@ class BatchResult:
 _CACHE: "OrderedDict[tuple, Compiled]" = OrderedDict()
 
 
-def _tree_key(n: Node) -> tuple:
+def _tree_key(n: Node, fac: list | None = None) -> tuple:
+    """The tree's shape (what compilation depends on); with ``fac``, also collects its factors in compiled loop
+    order (pre-order, each node's loops outer to inner) in the same walk."""
     if isinstance(n, OpLeaf):
         return ("op", n.name, tuple(sorted((n.binding or {}).items())))
     if isinstance(n, Scope):
-        return ("scope", n.kind, tuple(_tree_key(c) for c in n.children))
+        return ("scope", n.kind, tuple(_tree_key(c, fac) for c in n.children))
+    if fac is not None:
+        fac.extend(f for _, f in n.loops)
     return ("tile", n.target, n.kind, tuple(d for d, _ in n.loops),
-            tuple(f if isinstance(f, str) else None for _, f in n.loops), n.bypass, n.split, _tree_key(n.child))
+            tuple(f if isinstance(f, str) else None for _, f in n.loops), n.bypass, n.split,
+            _tree_key(n.child, fac) if n.child is not None else None)
 
 
-def compile_tree(problem: Problem, arch: Arch, tree: Node) -> Compiled:
+def compile_tree(problem: Problem, arch: Arch, tree: Node, _key: tuple | None = None) -> Compiled:
     """Cached per (problem, arch, tree shape): factor values may change between calls without recompiling."""
-    key = (id(problem), arch.signature(), _tree_key(tree))
+    key = (id(problem), arch.signature(), _key if _key is not None else _tree_key(tree))
     c = _CACHE.get(key)
     if c is not None and c.problem is problem:
         _CACHE.move_to_end(key)
@@ -704,8 +709,12 @@ def evaluate(problem: Problem, arch: Any, tree: Node, values: Mapping[str, int] 
     from .arch import load_arch
 
     arch = load_arch(arch)
-    c = compile_tree(problem, arch, tree)
-    return c.evaluate(tree_factors(tree, values, c), check=check)
+    fac: list = []
+    key = _tree_key(tree, fac)  # one walk for the cache key and the factor vector (single evaluations are hot)
+    c = compile_tree(problem, arch, tree, key)
+    if any(isinstance(f, str) for f in fac):
+        fac = tree_factors(tree, values, c)  # resolves free variables, or names the one without a value
+    return c.evaluate(fac, check=check)
 
 
 def tree_factors(tree: Node, values: Mapping[str, int] | None = None, c: "Compiled | None" = None) -> list[int]:

@@ -10,9 +10,21 @@ The templates build mapping trees with free factors for a producer→(elementwis
 * ``fused`` — fully fused: shared loops above a Sequential scope, intermediates on chip.
 * ``tileflow`` — TileFlow-like: shared loops above a Pipeline scope (producer and consumer overlap), the
   permutation of the shared loops searched too.
+
+How the search finds the best of a space (:func:`search`): the spaces are far too large to enumerate (about 1e25
+assignments for an attention template) and full of deep local optima (capacity and the max() of bandwidth bounds
+make the landscape rugged), so one MCTS run from one seed does not converge. The search therefore runs several
+MCTS restarts with deterministically derived seeds, keeps the best completion of every rollout batch, and refines
+``top_k`` *diverse* starts (best per tree, then best per assignment of the shared root loops, then the next best) by
+best-improvement local search over single-variable moves, prime-factor transfers between levels, and two-variable
+moves across dims (grow one tile while shrinking another); a refined point is also tried on the alternative trees
+(other loop orders) with the same variables. Random completions are drawn fully vectorised from per-extent divisor
+tables, so search time goes to evaluations. In the DSE every template gets the same budget
+(:data:`fusion_perf.dse.DSE_SEARCH`, ``iterations``/``rollouts``), FLAT-like and layer-by-layer included.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from dataclasses import dataclass, field
@@ -29,8 +41,27 @@ from .problem import Problem
 TEMPLATES = ("layerwise", "flat", "chimera", "fused", "tileflow")
 
 
+@functools.lru_cache(maxsize=4096)
+def _divs_t(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))
+
+
 def _divs(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of ``n``, ascending (cached)."""
+    return list(_divs_t(n))
+
+
+@functools.lru_cache(maxsize=256)
+def _div_table(n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """For the divisors ``v`` of ``n`` (ascending): a zero-padded table of each one's divisors and their counts,
+    so random divisors of many remaining extents are drawn in one vectorised step."""
+    vals = np.array(_divs_t(n), dtype=np.int64)
+    rows = [_divs_t(int(v)) for v in vals]
+    D = np.zeros((len(vals), max(len(r) for r in rows)), dtype=np.int64)
+    for i, r in enumerate(rows):
+        D[i, :len(r)] = r
+    return vals, D, np.array([len(r) for r in rows], dtype=np.int64)
 
 
 class FactorSpace:
@@ -99,26 +130,24 @@ class FactorSpace:
             r = rem[(o0, d)]
             if v in prefix:
                 f = np.broadcast_to(np.asarray(prefix[v], dtype=np.int64), (n,))
-                f = np.where(r % f == 0, f, 1)
+                f = np.gcd(f, r)  # a value the rest no longer allows keeps what still divides
             elif self.last[v]:
                 f = r.copy()
             else:
-                f = np.empty(n, dtype=np.int64)
+                # every remaining extent divides the dim's extent: one padded table of its divisors' divisors
+                vals, D, cnt = _div_table(self.c.problem.dims[d])
+                ri = np.searchsorted(vals, r)
                 node = inf["node"]
                 if node is None:
-                    for val in np.unique(r):
-                        idx = np.nonzero(r == val)[0]
-                        dv = np.array(_divs(int(val)))
-                        # uniform over divisors: log-uniform tile sizes for power-of-two extents
-                        f[idx] = dv[rng.integers(0, len(dv), len(idx))]
+                    # uniform over divisors: log-uniform tile sizes for power-of-two extents
+                    f = D[ri, (rng.random(n) * cnt[ri]).astype(np.int64)]
                 else:
                     # spatial: divisors within the remaining fan-out, half the time the largest one (fill the PEs)
-                    bud = budget[node]
-                    for val, bv in set(zip(r.tolist(), bud.tolist())):
-                        idx = np.nonzero((r == val) & (bud == bv))[0]
-                        dv = np.array([x for x in _divs(int(val)) if x <= bv] or [1])
-                        pick = dv[rng.integers(0, len(dv), len(idx))]
-                        f[idx] = np.where(rng.random(len(idx)) < 0.5, dv[-1], pick)
+                    rows = D[ri]
+                    k = ((rows <= budget[node][:, None]) & (rows > 0)).sum(axis=1)
+                    k = np.maximum(k, 1)
+                    pick = rows[np.arange(n), (rng.random(n) * k).astype(np.int64)]
+                    f = np.where(rng.random(n) < 0.5, rows[np.arange(n), k - 1], pick)
             if inf.get("node") is not None:
                 budget[inf["node"]] = budget[inf["node"]] // f
             for o in inf["ops"]:
@@ -170,83 +199,122 @@ class _MNode:
         self.dead = False
 
 
-def refine(comp: Compiled, space: FactorSpace, x: np.ndarray, key: str = "cycles", sweeps: int = 8,
-           rng: np.random.Generator | None = None) -> tuple[float, np.ndarray, int]:
-    """Coordinate descent from ``x``: each sweep tries every candidate value of every choice variable with the
-    others fixed (one vectorised evaluation per sweep) and moves to the best; stops when nothing improves."""
-    rng = rng or np.random.default_rng(0)
-    cur = space.values(x)
-    best_x = np.asarray(x)
-    best = float(getattr(comp.evaluate(best_x[None, :], batched=True), key)[0])
-    evals = 1
-    # pairs of choice variables over one dim on a shared path: moving a prime factor between them keeps the
-    # product (the residual variable is untouched)
-    pairs = [(a, b) for i, a in enumerate(space.choice_vars) for b in space.choice_vars[i + 1:]
-             if space.info[a]["dim"] == space.info[b]["dim"] and space.info[a]["ops"] & space.info[b]["ops"]]
-    for _ in range(sweeps):
-        rows = []  # full assignments of the choice variables, completed in one vectorised call
-        for i, v in enumerate(space.choice_vars):
-            pre = {u: cur[u] for u in space.choice_vars[:i]}
+def _spf(n: int) -> int:
+    """Smallest prime factor of ``n`` (``n`` itself when prime; 1 for 1)."""
+    for q in range(2, int(math.isqrt(n)) + 1):
+        if n % q == 0:
+            return q
+    return n if n > 1 else 1
+
+
+def _primes(n: int) -> list[int]:
+    """Distinct prime factors of ``n``."""
+    out = []
+    while n > 1:
+        q = _spf(n)
+        out.append(q)
+        while n % q == 0:
+            n //= q
+    return out
+
+
+def _neighbours(space: FactorSpace, cur: dict, kind: str) -> list[list[int]]:
+    """Choice-variable assignments one move away from ``cur``.
+
+    ``kind="single"``: every candidate value of one variable, and a prime factor moved between two variables over
+    one dim (product kept). ``kind="pair"``: two variables over different dims scaled at once by their smallest
+    primes (×q or ÷q each) — grow one tile while shrinking another, which single moves cannot do when a buffer is
+    full."""
+    cv = space.choice_vars
+    rows = []
+    info = space.info
+    if kind == "single":
+        for i, v in enumerate(cv):
+            pre = {u: cur[u] for u in cv[:i]}
             for cand in space.candidates(v, pre):
                 if cand != cur[v]:
                     p = dict(cur)
                     p[v] = cand
-                    rows.append([p[u] for u in space.choice_vars])
-        for a, b in pairs:
-            for src, dst in ((a, b), (b, a)):
-                f = cur[src]
-                pf = next((q for q in range(2, f + 1) if f % q == 0), None)
-                if pf:
+                    rows.append([p[u] for u in cv])
+        for i, a in enumerate(cv):
+            for b in cv[i + 1:]:
+                if info[a]["dim"] == info[b]["dim"] and info[a]["ops"] & info[b]["ops"]:
+                    for src, dst in ((a, b), (b, a)):
+                        f = cur[src]
+                        for pf in _primes(f):  # every distinct prime (80 = 2^4·5: the 5 moves too)
+                            p = dict(cur)
+                            p[src], p[dst] = f // pf, cur[dst] * pf
+                            rows.append([p[u] for u in cv])
+        return rows
+    steps = {}
+    for v in cv:
+        up = _spf(space.rem0[(next(iter(info[v]["ops"])), info[v]["dim"])])
+        dn = _spf(cur[v])
+        steps[v] = [x for x in ((cur[v] * up) if up > 1 else None, (cur[v] // dn) if dn > 1 else None) if x]
+    for i, a in enumerate(cv):
+        for b in cv[i + 1:]:
+            # only variables over different dims of a common op (its tiles share its buffers); quadratic otherwise
+            if info[a]["dim"] == info[b]["dim"] or not info[a]["ops"] & info[b]["ops"]:
+                continue
+            for na in steps[a]:
+                for nb in steps[b]:
                     p = dict(cur)
-                    p[src], p[dst] = f // pf, cur[dst] * pf
-                    rows.append([p[u] for u in space.choice_vars])
-        if not rows:
+                    p[a], p[b] = na, nb
+                    rows.append([p[u] for u in cv])
+    return rows
+
+
+def refine(comp: Compiled, space: FactorSpace, x: np.ndarray, key: str = "cycles", sweeps: int = 8,
+           rng: np.random.Generator | None = None, pair_moves: bool = False) -> tuple[float, np.ndarray, int]:
+    """Best-improvement local search from ``x``: each sweep evaluates the single-move neighbourhood
+    (:func:`_neighbours`) in one vectorised call and moves to its best point; with ``pair_moves``, when no single
+    move improves, the two-variable neighbourhood is tried before stopping."""
+    rng = rng or np.random.default_rng(0)
+    other = "energy_pj" if key == "cycles" else "cycles"
+    best_x = np.asarray(x)
+    br = comp.evaluate(best_x[None, :], batched=True)
+    best, best2 = float(getattr(br, key)[0]), float(getattr(br, other)[0])
+    evals = 1
+    cur = space.values(best_x)
+    for _ in range(sweeps):
+        moved = False
+        for kind in (("single", "pair") if pair_moves else ("single",)):
+            rows = _neighbours(space, cur, kind)
+            if not rows:
+                continue
+            M = np.array(rows, dtype=np.int64)
+            X = space.complete(rng, len(M), {u: M[:, j] for j, u in enumerate(space.choice_vars)})
+            br = comp.evaluate(X, batched=True)
+            vals, vals2 = getattr(br, key), getattr(br, other)
+            evals += len(X)
+            # lexicographic (objective, then the other metric): ties in cycles are common (a max() of several
+            # bounds), and the tie-break lets the search walk across such plateaus instead of stopping
+            i = int(np.lexsort((vals2, vals))[0])
+            if vals[i] < best * (1 - 1e-12) or (vals[i] <= best * (1 + 1e-12) and vals2[i] < best2 * (1 - 1e-9)):
+                best, best2, best_x = float(vals[i]), float(vals2[i]), X[i].copy()
+                cur = space.values(best_x)
+                moved = True
+                break
+        if not moved:
             break
-        M = np.array(rows, dtype=np.int64)
-        X = space.complete(rng, len(M), {u: M[:, j] for j, u in enumerate(space.choice_vars)})
-        vals = getattr(comp.evaluate(X, batched=True), key)
-        evals += len(X)
-        i = int(np.argmin(vals))
-        if not vals[i] < best * (1 - 1e-12):
-            break
-        best, best_x = float(vals[i]), X[i].copy()
-        cur = space.values(best_x)
     return best, best_x, evals
 
 
-def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective: str = "cycles",
-           iterations: int = 200, rollouts: int = 64, seed: int = 0, c_explore: float = 1.0,
-           refine_sweeps: int = 30) -> SearchResult:
-    """MCTS over the free factors of one tree or over several alternative trees (e.g. permutations), maximising
-    −log10(cycles or energy). Each iteration selects by UCB, expands one value of the next variable, completes
-    ``rollouts`` random assignments and evaluates them in one vectorised call; infeasible completions (capacity,
-    fan-out) score nothing and subtrees whose completions are all infeasible are pruned. The best point is then
-    refined by coordinate descent (:func:`refine`)."""
-    arch = load_arch(arch)
-    trees = [trees] if isinstance(trees, (Tile, Scope, OpLeaf)) else list(trees)
-    comps = [compile_tree(problem, arch, t) for t in trees]
-    spaces = [FactorSpace(c) for c in comps]
-    rng = np.random.default_rng(seed)
-    key = "cycles" if objective == "cycles" else "energy_pj"
-    best = (math.inf, None, None)  # (score, tree index, x)
-    per_tree: dict[int, tuple] = {}  # best (score, x) of each alternative tree, refined at the end
+def _kick(space: FactorSpace, x: np.ndarray, rng: np.random.Generator, n: int) -> np.ndarray:
+    """``x`` with a few random choice variables redrawn (iterated local search's perturbation)."""
+    cv = space.choice_vars
+    cur = space.values(x)
+    k = min(len(cv), int(rng.integers(2, 5)))
+    drop = set(rng.choice(len(cv), size=k, replace=False).tolist()) if cv else set()
+    prefix = {u: cur[u] for j, u in enumerate(cv) if j not in drop}
+    return space.complete(rng, n, prefix)
+
+
+def _mcts(spaces, comps, key, iterations, rollouts, rng, c_explore, pool) -> int:
+    """One MCTS run over (tree choice, then the choice variables in order); appends the best completion of every
+    rollout batch to ``pool`` as (score, tree index, x). Returns the number of evaluations."""
     evals = 0
-    root = _MNode(range(len(trees)))
-    history = []
-
-    def rollout(ti: int, prefix: dict) -> float:
-        nonlocal best, evals
-        X = spaces[ti].complete(rng, rollouts, prefix)
-        br = comps[ti].evaluate(X, batched=True)
-        evals += len(X)
-        vals = getattr(br, key)
-        i = int(np.argmin(vals))
-        if vals[i] < best[0]:
-            best = (float(vals[i]), ti, X[i].copy())
-        if vals[i] < per_tree.get(ti, (math.inf,))[0]:
-            per_tree[ti] = (float(vals[i]), X[i].copy())
-        return -math.log10(vals[i]) if math.isfinite(vals[i]) else None
-
+    root = _MNode(range(len(comps)))
     lo, hi = None, None
     for it in range(iterations):
         node, path = root, []
@@ -257,15 +325,13 @@ def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective:
             if node.untried:
                 val = node.untried.pop(int(rng.integers(len(node.untried))))
                 if ti is None:
-                    ti_new = val
-                    nxt = spaces[ti_new].choice_vars
-                    child = _MNode(spaces[ti_new].candidates(nxt[0], {}) if nxt else [])
+                    nxt = spaces[val].choice_vars
+                    child = _MNode(spaces[val].candidates(nxt[0], {}) if nxt else [])
                 else:
                     sp = spaces[ti]
                     p2 = dict(prefix)
                     p2[sp.choice_vars[depth - 1]] = val
-                    k = depth
-                    child = _MNode(sp.candidates(sp.choice_vars[k], p2) if k < len(sp.choice_vars) else [])
+                    child = _MNode(sp.candidates(sp.choice_vars[depth], p2) if depth < len(sp.choice_vars) else [])
                 node.children[val] = child
                 path.append((node, val))
                 node = child
@@ -295,12 +361,17 @@ def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective:
             node = child
         if ti is None:
             break
-        r = rollout(ti, prefix)
+        X = spaces[ti].complete(rng, rollouts, prefix)
+        vals = getattr(comps[ti].evaluate(X, batched=True), key)
+        evals += len(X)
+        i = int(np.argmin(vals))
+        r = None
+        if math.isfinite(vals[i]):
+            pool.append((float(vals[i]), ti, X[i].copy()))
+            r = -math.log10(vals[i])
         if r is None:
-            node.dead = not node.untried and all(ch.dead for ch in node.children.values())
-            if node.n >= 2:
-                node.dead = True
-            r_b = (lo if lo is not None else -20.0)
+            node.dead = (not node.untried and all(ch.dead for ch in node.children.values())) or node.n >= 2
+            r_b = lo if lo is not None else -20.0
         else:
             lo = r if lo is None else min(lo, r)
             hi = r if hi is None else max(hi, r)
@@ -310,21 +381,106 @@ def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective:
         for nd, _ in path:
             nd.n += 1
             nd.w += r_b
-        history.append(best[0])
-    if best[1] is None:
+    return evals
+
+
+def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective: str = "cycles",
+           iterations: int = 200, rollouts: int = 64, seed: int = 0, c_explore: float = 1.0,
+           refine_sweeps: int = 30, restarts: int = 2, top_k: int = 8, kicks: int = 0,
+           pair_moves: bool | None = None) -> SearchResult:
+    """MCTS over the free factors of one tree or over several alternative trees (e.g. permutations, scope kinds),
+    maximising −log10(cycles or energy), then local search.
+
+    * ``restarts`` independent MCTS runs (seeds derived deterministically from ``seed``) share the ``iterations``
+      (each gets ``iterations // restarts``). Each iteration selects by UCB, expands one value of the next
+      variable, completes ``rollouts`` random assignments and evaluates them in one vectorised call; infeasible
+      completions (capacity, fan-out) score nothing and subtrees whose completions are all infeasible are pruned.
+    * The ``top_k`` best distinct points (at most one per tree first, then the next best) are refined by
+      best-improvement local search (:func:`refine`, up to ``refine_sweeps`` sweeps).
+    * ``kicks`` rounds of iterated local search from each refined start: redraw 2–4 variables, refine, keep the
+      result if better. With kicks, local search also tries two-variable moves (``pair_moves``).
+    """
+    arch = load_arch(arch)
+    trees = [trees] if isinstance(trees, (Tile, Scope, OpLeaf)) else list(trees)
+    comps = [compile_tree(problem, arch, t) for t in trees]
+    spaces = [FactorSpace(c) for c in comps]
+    key = "cycles" if objective == "cycles" else "energy_pj"
+    pair_moves = kicks > 0 if pair_moves is None else pair_moves
+    pools: list[list] = []
+    evals = 0
+    restarts = max(1, restarts)
+    per = max(1, iterations // restarts)
+    for r in range(restarts):
+        rng = np.random.default_rng([seed, r])
+        pools.append([])
+        evals += _mcts(spaces, comps, key, per, rollouts, rng, c_explore, pools[-1])
+    pool = sorted((p for pl in pools for p in pl), key=lambda p: p[0])
+    if not pool:
         raise MappingError("search", "no feasible mapping found (every completion violates capacity or fan-out)")
-    ti, x = best[1], best[2]
-    if refine_sweeps:
-        # refine the best point of the (up to) three most promising trees; keep the overall best
-        cands = sorted(per_tree.items(), key=lambda kv: kv[1][0])[:3]
-        top = math.inf
-        for tj, (_, xj) in cands:
-            v, xr, n = refine(comps[tj], spaces[tj], xj, key, refine_sweeps, rng)
+    rng = np.random.default_rng([seed, restarts, 7])
+    # starting points, diverse on purpose (local optima are many and deep; the global top points of all runs tend
+    # to sit in one basin): each restart contributes its share of ``top_k`` — its best point per tree, then its best
+    # per assignment of the root node's loops (the shared loops that shape everything below), then its next best
+    rootvars = [[v for v in sp.choice_vars if comps[k].loops[sp.info[v]["gids"][0]][2] == 0]
+                for k, sp in enumerate(spaces)]
+    passes = (lambda ti, x: ("tree", ti),
+              lambda ti, x: ("root", ti, tuple(int(x[spaces[ti].info[v]["gids"][0]]) for v in rootvars[ti])),
+              lambda ti, x: ("x", ti, x.tobytes()))
+    starts, taken = [], set()
+    quota = [top_k // restarts + (1 if r < top_k % restarts else 0) for r in range(restarts)]
+    for r, pl in enumerate(pools):
+        pl.sort(key=lambda p: p[0])
+        mine, seen = [], set()
+        for tag in passes:
+            for sc, ti, x in pl:
+                if len(mine) >= quota[r]:
+                    break
+                k, kx = tag(ti, x), (ti, x.tobytes())
+                if k not in seen and kx not in taken:
+                    seen.add(k)
+                    taken.add(kx)
+                    mine.append((sc, ti, x))
+        starts += mine
+    best = (math.inf, None, None)
+    history = [p[0] for p in pool]
+    for sc, ti, x in starts:
+        if refine_sweeps:
+            v, x, n = refine(comps[ti], spaces[ti], x, key, refine_sweeps, rng, pair_moves)
             evals += n
-            if v < top:
-                top, ti, x = v, tj, xr
-    values = spaces[ti].values(x)
-    tree = substitute(trees[ti], values)
+        else:
+            v = sc
+        # iterated local search from every start: redraw a few variables, refine, keep if better
+        for k in range(kicks):
+            Xk = _kick(spaces[ti], x, rng, max(8, rollouts // 4))
+            vals = getattr(comps[ti].evaluate(Xk, batched=True), key)
+            evals += len(Xk)
+            i = int(np.argmin(vals))
+            if not math.isfinite(vals[i]):
+                continue
+            vk, xk, n = refine(comps[ti], spaces[ti], Xk[i], key, refine_sweeps, rng, pair_moves)
+            evals += n
+            if vk < v * (1 - 1e-12):
+                v, x = vk, xk
+        # the same variable values on the alternative trees (other loop orders): switch tree if that is better
+        vals0 = spaces[ti].values(x)
+        for _ in range(3):
+            alt = [(tj, np.asarray(comps[tj].factor_vector(vals0), dtype=np.int64)) for tj in range(len(trees))
+                   if tj != ti and set(spaces[tj].vars) == set(vals0)]
+            scores = [(float(getattr(comps[tj].evaluate(xj[None, :], batched=True), key)[0]), tj, xj)
+                      for tj, xj in alt]
+            evals += len(scores)
+            better = [s for s in scores if s[0] < v * (1 - 1e-12)]
+            if not better:
+                break
+            _, ti, x = min(better, key=lambda s: s[0])
+            v, x, n = refine(comps[ti], spaces[ti], x, key, refine_sweeps, rng, pair_moves)
+            evals += n
+            vals0 = spaces[ti].values(x)
+        if v < best[0]:
+            best = (v, ti, x)
+        history.append(best[0])
+    _, ti, x = best
+    tree = substitute(trees[ti], spaces[ti].values(x))
     res = comps[ti].evaluate(x, batched=False, check=False)
     return SearchResult(tree, res.cycles, res.energy_pj, evals, history=history)
 
@@ -404,15 +560,17 @@ def template(problem: Problem, arch: Any, name: str, perm: Sequence[str] | None 
 
 
 def search_template(problem: Problem, arch: Any, name: str, iterations: int = 150, rollouts: int = 64,
-                    seed: int = 0, objective: str = "cycles", permutations: bool = True) -> SearchResult:
-    """Search one template's tiles (and, with ``permutations``, the order of its shared outer loops)."""
+                    seed: int = 0, objective: str = "cycles", permutations: bool = True,
+                    **search_kw) -> SearchResult:
+    """Search one template's tiles (and, with ``permutations``, the order of its shared outer loops);
+    ``search_kw`` goes to :func:`search` (restarts, top_k, kicks, ...)."""
     arch = load_arch(arch)
     base = template(problem, arch, name)
     trees = [base]
     if permutations and isinstance(base, Tile) and len(base.loops) > 1:
         dims = [d for d, _ in base.loops]
         trees = [template(problem, arch, name, list(p)) for p in itertools.permutations(dims)]
-    r = search(problem, arch, trees, objective, iterations, rollouts, seed)
+    r = search(problem, arch, trees, objective, iterations, rollouts, seed, **search_kw)
     r.template = name
     return r
 

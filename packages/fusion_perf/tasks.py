@@ -23,12 +23,14 @@ def _run(kind: str, hardware: Any, out_dir: str, cfg: DSEConfig) -> dict:
     rows, best_rows, results = [], [], []
     for sh in table:
         prob = attention_problem(sh, cfg.softmax) if kind == "attention" else conv_problem(sh)
-        r = compare(prob, arch, cfg.templates, cfg.iterations, cfg.rollouts, cfg.seed)
+        r = compare(prob, arch, cfg.templates, cfg.iterations, cfg.rollouts, cfg.seed, restarts=cfg.restarts,
+                    top_k=cfg.top_k, kicks=cfg.kicks)
         results.append(r)
         for t, c in r["cycles"].items():
             rows.append(f"{sh[0]},{t},{c},{r['energy_pj'][t]},{c / r['best_cycles'] if math.isfinite(c) else 'inf'}")
         best_rows.append(f"{sh[0]},{r['best']},{r['best_cycles']},{r.get('speedup_vs_layerwise', float('nan'))},"
-                         f"{r.get('speedup_vs_flat', float('nan'))},{r['compute_bound_cycles']},{r['search_s']:.2f}")
+                         f"{r.get('speedup_vs_flat', float('nan'))},{r['compute_bound_cycles']},{r['search_s']:.2f},"
+                         f"{r['best_structure']},{r['evaluations']}")
         tree = r["trees"][r["best"]]
         safe = sh[0].replace("/", "_")
         atomic_write_text(os.path.join(out_dir, f"best_{safe}.yaml"), dump_mapping(tree))
@@ -39,13 +41,15 @@ def _run(kind: str, hardware: Any, out_dir: str, cfg: DSEConfig) -> dict:
                       "shape,template,cycles,energy_pj,cycles_over_best\n" + "\n".join(rows) + "\n")
     atomic_write_text(os.path.join(out_dir, f"{name}_best.csv"),
                       "shape,best_template,best_cycles,speedup_vs_layerwise,speedup_vs_flat,compute_bound_cycles,"
-                      "search_s\n" + "\n".join(best_rows) + "\n")
+                      "search_s,best_structure,evaluations\n" + "\n".join(best_rows) + "\n")
     if cfg.plots:
         _plot(results, cfg.templates, os.path.join(out_dir, f"{name}.png"), f"{name} on {arch.name}")
     return {"arch": arch.name, "shapes": [s[0] for s in table],
             "geomean_speedup_vs_layerwise": geomean([r.get("speedup_vs_layerwise") for r in results]),
             "geomean_speedup_vs_flat": geomean([r.get("speedup_vs_flat") for r in results]),
             "best": {r["problem"]: r["best"] for r in results},
+            "best_structure": {r["problem"]: r["best_structure"] for r in results},
+            "budget_per_template": results[0]["budget"] if results else {},
             "evaluations": sum(r["evaluations"] for r in results)}
 
 

@@ -86,14 +86,17 @@ def test_energy_objective():
 
 
 def test_tasks_write_tables_and_plots(tmp_path):
-    s = attention_dse(hardware=None, out_dir=str(tmp_path / "a"), shapes=["ViT-Base/16"], iterations=3, rollouts=16)
+    s = attention_dse(hardware=None, out_dir=str(tmp_path / "a"), shapes=["ViT-Base/16"], iterations=3, rollouts=16,
+                     top_k=2, kicks=0)
     assert set(s) >= {"geomean_speedup_vs_layerwise", "geomean_speedup_vs_flat", "best"}
     for f in ("attention_dse.csv", "attention_dse_best.csv", "attention_dse.png", "best_ViT-Base_16.yaml"):
         assert (tmp_path / "a" / f).stat().st_size > 0
     rows = (tmp_path / "a" / "attention_dse.csv").read_text().splitlines()
     assert rows[0].startswith("shape,template,cycles") and len(rows) == 1 + len(TEMPLATES)
+    best = (tmp_path / "a" / "attention_dse_best.csv").read_text().splitlines()
+    assert best[0].endswith("best_structure,evaluations") and "->" in best[1]
     s = conv_chain(hardware="edge_accel", out_dir=str(tmp_path / "c"), shapes=["ResNet50-like"], iterations=3,
-                   rollouts=16, templates=["layerwise", "flat"])
+                   rollouts=16, templates=["layerwise", "flat"], top_k=2, kicks=0)
     assert (tmp_path / "c" / "conv_chain.csv").exists() and s["best"]
 
 
@@ -106,3 +109,78 @@ def test_task_config_errors_name_field():
     with pytest.raises(ValidationError) as e:
         attention_dse(out_dir="/tmp/unused", shapes=["GPT-9"])
     assert "task.shapes[0]" in str(e.value)
+    with pytest.raises(ValidationError) as e:
+        attention_dse(out_dir="/tmp/unused", kicks=-1)
+    assert "task.kicks" in str(e.value)
+
+
+def test_complete_keeps_extents_and_fanout():
+    """The vectorised random completion: every row keeps each op's factor product = extent, spatial draws stay
+    within their fan-out budget, and prefix values that no longer divide the rest shrink to what still divides."""
+    p = attention(4, 64, 16, 48, 16)
+    arch = load_arch("edge_accel")
+    for name in TEMPLATES:
+        c = compile_tree(p, arch, template(p, arch, name))
+        fs = FactorSpace(c)
+        rng = np.random.default_rng(0)
+        for X in (fs.complete(rng, 400), fs.complete(rng, 50, {v: 3 for v in fs.choice_vars}),
+                  fs.complete(rng, 50, {v: 4 for v in fs.choice_vars[: len(fs.choice_vars) // 2]})):
+            for o, dl in c.opdim.items():
+                for d, gs in dl.items():
+                    prod = np.prod(X[:, gs], axis=1) if gs else np.ones(len(X), dtype=np.int64)
+                    assert (prod == p.dims[d]).all(), (name, o, d)
+            for node, budget in fs.budget0.items():
+                gs = [fs.info[v]["gids"][0] for v in fs.vars if fs.info[v].get("node") == node]
+                assert (np.prod(X[:, gs], axis=1) <= budget).all(), (name, node)
+        assert c.evaluate(fs.complete(rng, 400), batched=True).feasible.any(), name
+
+
+def test_search_is_deterministic_and_restarts_help_or_tie():
+    from fusion_perf import dump_mapping
+
+    p = gemm_chain(32, 16, 32, 16)
+    arch = load_arch("edge_accel")
+    tree = template(p, arch, "fused")
+    a = search(p, arch, tree, iterations=24, rollouts=16, seed=3, restarts=3, top_k=4)
+    b = search(p, arch, tree, iterations=24, rollouts=16, seed=3, restarts=3, top_k=4)
+    assert a.cycles == b.cycles and dump_mapping(a.tree) == dump_mapping(b.tree) and a.evaluations == b.evaluations
+    assert evaluate(p, arch, a.tree).cycles == pytest.approx(a.cycles)
+
+
+def test_pair_moves_never_worse_than_single_moves():
+    from fusion_perf.search import refine
+
+    p = attention(4, 64, 16, 64, 16)
+    arch = load_arch("edge_accel")
+    c = compile_tree(p, arch, template(p, arch, "chimera"))
+    fs = FactorSpace(c)
+    X = fs.complete(np.random.default_rng(5), 2000)
+    v = c.evaluate(X, batched=True).cycles
+    for i in np.argsort(v)[:3]:
+        single = refine(c, fs, X[i], "cycles", 30, np.random.default_rng(0), pair_moves=False)
+        pair = refine(c, fs, X[i], "cycles", 30, np.random.default_rng(0), pair_moves=True)
+        assert pair[0] <= single[0] * (1 + 1e-12) and pair[0] <= v[i]
+        # the refined point is a real, feasible mapping with that cost
+        assert c.evaluate(pair[1], check=True).cycles == pytest.approx(pair[0])
+
+
+def test_compare_gives_every_template_the_same_budget():
+    from fusion_perf.dse import DSE_SEARCH, compare
+
+    p = attention(4, 64, 16, 64, 16, name="tiny")
+    r = compare(p, "edge_accel", ["layerwise", "flat", "fused"], iterations=4, rollouts=8, top_k=2)
+    assert r["budget"] == {"iterations": 4, "rollouts": 8, "seed": 0, **DSE_SEARCH, "top_k": 2}
+    assert set(r["evaluations_per_template"]) == {"layerwise", "flat", "fused"}
+    assert all(n > 0 for n in r["evaluations_per_template"].values())
+    assert r["best_structure"] and r["cycles"][r["best"]] == min(r["cycles"].values())
+
+
+def test_bench_states_when_the_simulator_is_unavailable(monkeypatch, capsys):
+    from fusion_perf import bench
+
+    sim, where = bench._simulator()
+    assert sim is not None and where.endswith("test_fusion_perf")
+    monkeypatch.setattr(bench, "TESTS_REL", "no/such/tests")
+    r = bench.bench_exact(3)
+    assert r["exact_fraction"] is None and "no/such/tests" in r["exactness_unavailable"]
+    assert "NOT CHECKED" in capsys.readouterr().out
