@@ -59,7 +59,8 @@ def _exact(w, soc, cost, rc) -> SearchResult:
 
 
 ALGORITHMS: dict[str, Callable] = {
-    "comb": _comb, "comb_barriers": _comb_barriers, "magma": _magma, "h2h": _h2h, "magma_1stream_comb_ga": _magma_1stream,
+    "comb": _comb, "comb_barriers": _comb_barriers, "magma": _magma, "h2h": _h2h,
+    "magma_1stream_comb_ga": _magma_1stream,
     "h2h_wave_greedy": _simple("h2h_wave_greedy"), "fcfs": _simple("fcfs"), "heft": _simple("heft"),
     "round_robin": _simple("round_robin"), "greedy": _simple("greedy"), "exact": _exact,
 }

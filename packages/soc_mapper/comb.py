@@ -58,6 +58,14 @@ class CombContext:
     algorithm: str
     barriers: bool = True
     dctx1: DecodeContext | None = None
+    energy_weight: float = 0.0
+    """Fitness = latency + energy_weight × energy / p_ref (see :attr:`GAConfig.energy_weight`)."""
+    p_ref: float = 1.0
+    """Highest accelerator power of the SoC, W: turns energy into seconds at full power."""
+
+
+def _score(c: CombContext, res: Result) -> float:
+    return res.latency + c.energy_weight * res.energy / c.p_ref if c.energy_weight else res.latency
 
 
 def comb_evaluate(c: CombContext, order: Sequence[int]) -> tuple[float, list[tuple[tuple[int, ...], float]]]:
@@ -73,7 +81,7 @@ def comb_evaluate(c: CombContext, order: Sequence[int]) -> tuple[float, list[tup
         fit = est
         if c.fitness == "simulator":
             plan = windows_to_plan(windows, dctx.L, c.max_streams, c.algorithm, c.barriers)
-            fit = simulate(plan, c.w, c.soc, c.cost, validate=False).latency
+            fit = _score(c, simulate(plan, c.w, c.soc, c.cost, validate=False))
         if best is None or fit < best[0]:
             best = (fit, windows, dctx.max_window)
     fit, windows, _ = best
@@ -86,7 +94,7 @@ def best_decode(c: CombContext, order: Sequence[int]):
     for dctx in ([c.dctx, c.dctx1] if c.dctx1 is not None else [c.dctx]):
         est, windows, _ = decode(order, dctx, c.barriers)
         plan = windows_to_plan(windows, dctx.L, c.max_streams, c.algorithm, c.barriers)
-        fit = simulate(plan, c.w, c.soc, c.cost, validate=False).latency if c.fitness == "simulator" else est
+        fit = _score(c, simulate(plan, c.w, c.soc, c.cost, validate=False)) if c.fitness == "simulator" else est
         if best is None or fit < best[0]:
             best = (fit, windows)
     return best[1]
@@ -221,7 +229,7 @@ def fingerprint(w: Workload, soc: SoC, cfg: GAConfig, algorithm: str) -> str:
     h.update(repr([a.name for a in soc.accs]).encode())
     h.update(soc.bandwidth.tobytes())
     h.update(repr((cfg.population, cfg.max_window, cfg.max_streams, cfg.seed, cfg.fitness, cfg.barriers,
-                  algorithm)).encode())
+                  cfg.energy_weight, algorithm)).encode())
     return h.hexdigest()[:16]
 
 
@@ -249,7 +257,8 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
     J = cfg.max_window if cfg.window_work is None else max(1, min(cfg.max_window, cfg.window_work // len(w.layers)))
     dctx = DecodeContext(w, soc, cost, J, cfg.max_streams)
     dctx1 = None if cfg.barriers or J == 1 else DecodeContext(w, soc, cost, 1, cfg.max_streams)
-    cctx = CombContext(dctx, w, soc, cost, cfg.fitness, cfg.max_streams, algorithm, cfg.barriers, dctx1)
+    cctx = CombContext(dctx, w, soc, cost, cfg.fitness, cfg.max_streams, algorithm, cfg.barriers, dctx1,
+                       cfg.energy_weight, max(a.power_w for a in soc.accs) or 1.0)
     fp = fingerprint(w, soc, cfg, algorithm)
     toolbox = base.Toolbox()
     history: list[float] = []

@@ -45,6 +45,10 @@ class GAConfig:
     """The reference decoder: a barrier closes every DP window (dp[i] = dp[i−j] + window length) and the plan
     keeps the barriers. Off (default): the DP carries the accelerators' busy boxes and finish times along its
     chain instead, and the plan runs without barriers (see :func:`soc_mapper.decoder.decode`)."""
+    energy_weight: float = 0.0
+    """Fitness = latency + energy_weight × energy / (highest accelerator power): with the simulator's phase
+    energy, a plan that overlaps its tasks (spatial sharing) and keeps high-power tasks together costs less
+    energy at the same latency; 0 is latency only (the reference)."""
     fitness: str = "simulator"
     """``simulator`` (the judge's latency) or ``decoder`` (the DP's own estimate; faster)."""
     executor: str = "serial"
@@ -68,6 +72,7 @@ class GAConfig:
                self.max_streams)
         _check(self.time_budget_s is None or self.time_budget_s > 0, f"{p}.time_budget_s", "must be > 0 or null",
                self.time_budget_s)
+        _check(self.energy_weight >= 0, f"{p}.energy_weight", "must be >= 0", self.energy_weight)
         _check(self.fitness in ("simulator", "decoder"), f"{p}.fitness", "must be 'simulator' or 'decoder'",
                self.fitness)
         _check(self.executor in EXECUTORS, f"{p}.executor", f"must be one of {list(EXECUTORS)}", self.executor)

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from .cost import CostTable
+from .profile import add as prof_add
+from .profile import copy_profile, horizon, new_profile, no_gc
+from .profile import earliest as prof_earliest
+from .profile import fold as prof_fold
 from .simulator import Plan
 from .soc import SoC
 from .workload import Workload
@@ -51,6 +55,9 @@ class DecodeContext:
         self.npe = [a.num_pes for a in soc.accs]
         self.streams = [a.streams if max_streams is None else min(a.streams, max_streams) for a in soc.accs]
         self.max_streams = max_streams
+        self.keep = 2 * KEEP_BOXES if max_window > 1 else 1 << 30
+        """Breakpoints kept per accelerator profile along a chain; single-layer windows (one chain, one copy-on-
+        write profile per step) keep all of them: list scheduling exactly as the simulator does it."""
         self.acc_bits = [[a for a in range(soc.n) if m >> a & 1] for m in range(1 << soc.n)] if soc.n <= 12 else None
 
     def accs_of(self, mask: int) -> list[int]:
@@ -60,50 +67,33 @@ class DecodeContext:
 
 
 KEEP_BOXES = 48
-"""Busy boxes remembered per accelerator along a DP chain; older ones fold into a floor before which nothing
-new may start (keeps the state small and the estimate conservative)."""
+"""Busy boxes remembered per accelerator along a DP chain (as 2 × KEEP_BOXES breakpoints of its usage profile);
+the older past folds into a floor before which nothing new may start (keeps the state small and the estimate
+conservative)."""
 
 
-def _earliest_box(bx: list[tuple[float, float, int]], t0: float, d: float, p: int, streams: int,
-                  npe: int) -> float:
-    """Earliest t ≥ t0 with < ``streams`` boxes and ≤ npe − p PEs in use throughout [t, t+d) (insertion into
-    gaps, as the simulator does). Boxes are (start, end, pes); a (−inf, floor, 0)-style floor is the caller's."""
-    live = [x for x in bx if x[1] > t0]
-    if not live:
-        return t0
-    for t in sorted({t0} | {e for _, e, _ in live if e > t0}):
-        end = t + d
-        over = [x for x in live if x[0] < end and x[1] > t]
-        if len(over) < streams and sum(q for _, _, q in over) + p <= npe:
-            return t
-        ok = True
-        for y in [t] + [s for s, _, _ in over if t < s < end]:
-            act = [q for s, e, q in over if s <= y < e]
-            if len(act) >= streams or sum(act) + p > npe:
-                ok = False
-                break
-        if ok:
-            return t
-    return max(e for _, e, _ in live)
-
-
-def _place_window(ctx: DecodeContext, stats, boxes: list[list[tuple[float, int]]] | None,
-                  limit: float = INF) -> tuple[float, list[tuple], list[list[tuple[float, int]]]]:
+def _place_window(ctx: DecodeContext, stats, boxes: tuple | None,
+                  limit: float = INF) -> tuple[float, list[tuple], tuple]:
     """Longest-first earliest-finish placement of a window's groups.
 
     ``stats``: per group [members, mask, sumlat, maxpes, busy, ready, key-dur, accs, key] (see :func:`decode`).
     ``boxes``: None for a window after a barrier (it starts at 0 with idle accelerators and ``ready`` holds
-    transfer times), else the accelerators' busy boxes carried from earlier windows (``ready`` holds absolute
-    arrival times). Returns (latest finish, placed groups as (members, acc, start, finish, occupancy), boxes);
-    gives up (inf) once a finish reaches ``limit``."""
+    transfer times), else (usage profiles, floors) of the accelerators carried from earlier windows (``ready``
+    holds absolute arrival times). Returns (latest finish, placed groups as (members, acc, start, finish,
+    occupancy), (profiles, floors)); gives up (inf) once a finish reaches ``limit``. Profiles are copied on
+    write: the caller's state stays intact."""
     order = sorted(stats, key=lambda st: -st[8])
+    A = ctx.A
     if boxes is None:
-        bxs: list = [[] for _ in range(ctx.A)]
-        floor = [0.0] * ctx.A
+        prs: list = [new_profile() for _ in range(A)]
+        floor = [0.0] * A
+        own = [True] * A
     else:
-        bxs = [list(b) for b in boxes[0]]
+        prs = list(boxes[0])
         floor = list(boxes[1])
+        own = [False] * A
     streams, npe = ctx.streams, ctx.npe
+    keep = ctx.keep
     span = 0.0
     placed = []
     for st in order:
@@ -111,23 +101,27 @@ def _place_window(ctx: DecodeContext, stats, boxes: list[list[tuple[float, int]]
         ba, bf, bt = -1, INF, 0.0
         for a in accs:
             t0 = ready[a] if ready[a] > floor[a] else floor[a]
-            t = _earliest_box(bxs[a], t0, sumlat[a], pes[a], streams[a], npe[a]) if bxs[a] else t0
-            f = t + sumlat[a]
+            d = sumlat[a]
+            t = prof_earliest(prs[a], t0, d, pes[a], streams[a], npe[a])
+            f = t + d
             if f < bf:
                 ba, bf, bt = a, f, t
-        bx = bxs[ba]
-        bx.append((bt, bf, pes[ba]))
-        if len(bx) > KEEP_BOXES:  # fold the earliest-ending box into the floor
-            k = min(range(len(bx)), key=lambda q: bx[q][1])
-            floor[ba] = max(floor[ba], bx[k][1])
-            del bx[k]
+        if not own[ba]:
+            prs[ba] = copy_profile(prs[ba])
+            own[ba] = True
+        pr = prs[ba]
+        prof_add(pr, bt, bf, pes[ba])
+        if len(pr[0]) > keep:
+            fl = prof_fold(pr, keep)
+            if fl is not None and fl > floor[ba]:
+                floor[ba] = fl
         if bf > span:
             span = bf
             if span >= limit:
-                return INF, [], (bxs, floor)
+                return INF, [], (prs, floor)
         d = bf - bt
         placed.append((members, ba, bt, bf, busy[ba] / (npe[ba] * d) if d > 0 else 0.0))
-    return span, placed, (bxs, floor)
+    return span, placed, (prs, floor)
 
 
 def decode(order: Sequence[int], ctx: DecodeContext, barriers: bool = False
@@ -138,9 +132,17 @@ def decode(order: Sequence[int], ctx: DecodeContext, barriers: bool = False
     length. ``barriers=False`` (default) carries the accelerators' busy boxes and the layers' finish times along
     the DP chain instead of a barrier: each window's groups are placed longest first at their earliest finish
     given what earlier windows left (insertion into gaps), and dp[i] keeps the chain whose last window ends
-    earliest (ties: least total accelerator load, then makespan). Inputs produced before a window are taken from the best chain ending just before the
-    window's last layer (dp[i−1]): one lookup per step instead of one per (step, window size), which keeps
-    the group statistics incremental as the window grows (the simulator judges the result)."""
+    earliest (ties: least total accelerator load, then makespan). Inputs produced before a window are taken from
+    the best chain ending just before the window's last layer (dp[i−1]): one lookup per step instead of one per
+    (step, window size), which keeps the group statistics incremental as the window grows (the simulator judges
+    the result). Accelerators are usage profiles (:mod:`soc_mapper.profile`), copied on write along the chain."""
+    with no_gc():
+        return _decode(order, ctx, barriers)
+
+
+def _decode(order: Sequence[int], ctx: DecodeContext, barriers: bool = False
+            ) -> tuple[float, list[list[Group]], list[int]]:
+    """The body of :func:`decode` (run with the cyclic GC paused)."""
     n, A = ctx.L, ctx.A
     pos = [0] * n
     for k, v in enumerate(order):
@@ -151,7 +153,7 @@ def decode(order: Sequence[int], ctx: DecodeContext, barriers: bool = False
     best_place: list = [None] * (n + 1)
     # chain state after step i: (placement, finish times, boxes per accelerator)
     chain: list = [None] * (n + 1)
-    chain[0] = ([0] * n, [0.0] * n, ([[] for _ in range(A)], [0.0] * A))
+    chain[0] = ([0] * n, [0.0] * n, ([new_profile() for _ in range(A)], [0.0] * A))
     J = ctx.max_window
     mask_of, preds, lat, pes_t, inv_bw = ctx.mask, ctx.preds, ctx.lat, ctx.pes, ctx.inv_bw
     succ_bytes = ctx.succ_bytes
@@ -234,7 +236,7 @@ def decode(order: Sequence[int], ctx: DecodeContext, barriers: bool = False
             else:
                 _, _, boxes_lo = chain[lo]
                 span, placed, bxs = _place_window(ctx, gstat.values(), boxes_lo)
-                load = sum(max((e for _, e, _ in b), default=0.0) for b in bxs[0])
+                load = sum(horizon(p) for p in bxs[0])
                 mk = max(dp[lo][2], span)
                 cand = (span, load, mk)
             if cand < dp[i]:

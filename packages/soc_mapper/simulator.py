@@ -18,6 +18,9 @@ import numpy as np
 
 from .cost import CostTable
 from .errors import MapperError
+from .profile import add as prof_add
+from .profile import earliest as prof_earliest
+from .profile import new_profile, no_gc
 from .soc import SoC
 from .workload import Workload
 
@@ -93,71 +96,58 @@ def validate_plan(plan: Plan, w: Workload, soc: SoC, cost: CostTable) -> None:
                                                                       f"{soc.accs[a].buffer_bytes} B buffer")
 
 
-def _earliest(intervals: list[tuple[float, float, int]], ready: float, d: float, p: int, streams: int,
-              npe: int) -> float:
-    """Earliest t ≥ ready with < streams tasks and ≤ npe − p PEs in use throughout [t, t+d)."""
-    live = [iv for iv in intervals if iv[1] > ready]
-    if not live:
-        return ready
-    cands = sorted({ready} | {e for _, e, _ in live})
-    for t in cands:
-        end = t + d
-        over = [iv for iv in live if iv[0] < end and iv[1] > t]
-        if len(over) < streams and sum(q for _, _, q in over) + p <= npe:
-            return t
-        # usage is piecewise constant; check at t and at every start inside the window
-        pts = [t] + [s for s, _, _ in over if t < s < end]
-        ok = True
-        for x in pts:
-            act = [q for s, e, q in over if s <= x < e]
-            if len(act) >= streams or sum(act) + p > npe:
-                ok = False
-                break
-        if ok:
-            return t
-    return cands[-1]  # unreachable: after the last end nothing runs
-
-
 class SimState:
     """Incremental list scheduling (the simulator's core): place layers one by one in a dispatch order.
-    The constructive heuristics use it to compare accelerators by earliest finish under the same rules."""
+    The constructive heuristics use it to compare accelerators by earliest finish under the same rules.
+    Per accelerator a usage profile (:mod:`soc_mapper.profile`); costs and edges come as plain lists
+    precomputed once per (workload, SoC, cost table) (:func:`fast_tables`)."""
 
     def __init__(self, w: Workload, soc: SoC, cost: CostTable, max_streams: int | None = None):
         self.w, self.soc, self.cost, self.max_streams = w, soc, cost, max_streams
         L = len(w.layers)
+        self.tb = fast_tables(w, soc, cost)
         self.start = np.zeros(L)
         self.finish = np.zeros(L)
+        self._fin = [0.0] * L
         self.placement = [-1] * L
-        self.ivs: list[list[tuple[float, float, int]]] = [[] for _ in range(soc.n)]
+        self.prof = [new_profile() for _ in range(soc.n)]
+        self.streams = [a.streams if max_streams is None else min(a.streams, max_streams) for a in soc.accs]
+        self.npe = [a.num_pes for a in soc.accs]
         self.barrier = 0.0
         self.horizon = 0.0
         """Latest finish so far (the next barrier)."""
 
     def duration(self, v: int, a: int, pinned: bool = False) -> float:
-        return float(self.cost.latency_pinned[v, a] if pinned else self.cost.latency[v, a])
+        return (self.tb.latp if pinned else self.tb.lat)[v][a]
 
     def ready(self, v: int, a: int, transfers: bool = True) -> float:
         t = self.barrier
-        for u in self.w.preds[v]:
-            r = self.finish[u] + (self.w.edge_bytes[(u, v)] / self.soc.bandwidth[self.placement[u], a]
-                                  if transfers else 0.0)
-            if r > t:
-                t = r
+        fin, pl = self._fin, self.placement
+        if transfers:
+            inv = self.tb.inv_bw
+            for u, b in self.tb.preds[v]:
+                r = fin[u] + b * inv[pl[u]][a]
+                if r > t:
+                    t = r
+        else:
+            for u, _ in self.tb.preds[v]:
+                if fin[u] > t:
+                    t = fin[u]
         return t
 
     def earliest(self, v: int, a: int, pinned: bool = False, transfers: bool = True) -> tuple[float, float]:
         """(start, finish) if ``v`` were placed on ``a`` now."""
-        acc = self.soc.accs[a]
-        streams = acc.streams if self.max_streams is None else min(acc.streams, self.max_streams)
-        d = self.duration(v, a, pinned)
-        t = _earliest(self.ivs[a], self.ready(v, a, transfers), d, int(self.cost.pes[v, a]), streams, acc.num_pes)
+        d = (self.tb.latp if pinned else self.tb.lat)[v][a]
+        t = prof_earliest(self.prof[a], self.ready(v, a, transfers), d, self.tb.pes[v][a], self.streams[a],
+                          self.npe[a])
         return t, t + d
 
     def place(self, v: int, a: int, pinned: bool = False) -> tuple[float, float]:
         self.placement[v] = a
         t, f = self.earliest(v, a, pinned)
         self.start[v], self.finish[v] = t, f
-        self.ivs[a].append((t, f, int(self.cost.pes[v, a])))
+        self._fin[v] = f
+        prof_add(self.prof[a], t, f, self.tb.pes[v][a])
         if f > self.horizon:
             self.horizon = f
         return t, f
@@ -167,10 +157,44 @@ class SimState:
         self.barrier = max(self.barrier, self.horizon)
 
 
+@dataclass
+class FastTables:
+    """Costs and edges as nested Python lists (scalar reads from lists are ~10× faster than from numpy)."""
+
+    lat: list[list[float]]
+    latp: list[list[float]]
+    pes: list[list[int]]
+    preds: list[list[tuple[int, float]]]
+    """(producer, bytes) of each layer."""
+    inv_bw: list[list[float]]
+    """1 / bandwidth between accelerators, s per byte."""
+
+
+def fast_tables(w: Workload, soc: SoC, cost: CostTable) -> FastTables:
+    """:class:`FastTables` of a problem, cached on the cost table (one per (workload, SoC))."""
+    key = (id(w), id(soc))
+    cached = getattr(cost, "_fast", None)
+    if cached is not None and cached[0] == key and cached[1] is w and cached[2] is soc:
+        return cached[3]
+    tb = FastTables(cost.latency.tolist(), cost.latency_pinned.tolist(), cost.pes.astype(int).tolist(),
+                    [[(u, float(w.edge_bytes[(u, v)])) for u in w.preds[v]] for v in range(len(w.layers))],
+                    (1.0 / np.asarray(soc.bandwidth, dtype=float)).tolist())
+    try:
+        cost._fast = (key, w, soc, tb)
+    except AttributeError:
+        pass
+    return tb
+
+
 def simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable, validate: bool = True) -> Result:
     """Start/finish times, latency, energy and PE occupancy of a plan."""
     if validate:
         validate_plan(plan, w, soc, cost)
+    with no_gc():
+        return _simulate(plan, w, soc, cost)
+
+
+def _simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable) -> Result:
     L = len(w.layers)
     st = SimState(w, soc, cost, plan.max_streams)
     pl = plan.placement

@@ -123,3 +123,16 @@ def test_time_budget_stops_between_generations():
     w, soc, c = problem()
     r = comb_search(w, soc, c, GAConfig(population=4, generations=1000, time_budget_s=0.5, max_window=8))
     assert r.generations < 1000 and r.search_seconds < 5
+
+
+def test_energy_weight_adds_energy_to_the_fitness():
+    w, soc, c = problem()
+    with pytest.raises(MapperError, match="ga.energy_weight"):
+        GAConfig(energy_weight=-1.0)
+    lat = comb_search(w, soc, c, GAConfig(seed=3, **FAST))
+    en = comb_search(w, soc, c, GAConfig(seed=3, energy_weight=1.0, **FAST))
+    p = max(a.power_w for a in soc.accs)
+    # the fitness of the returned plan is latency + energy / highest accelerator power
+    assert en.history[-1] == pytest.approx(en.result.latency + en.result.energy / p)
+    assert lat.history[-1] == pytest.approx(lat.result.latency)
+    assert all(y <= x + 1e-15 for x, y in zip(en.history, en.history[1:]))  # elitism on the weighted fitness
