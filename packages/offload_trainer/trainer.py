@@ -1,0 +1,528 @@
+"""One trainer for every method — LSP-Offload and the baselines (full fine-tuning, ZeRO-Offload style with and
+without the one-step delayed update, LoRA via peft, GaLore via galore-torch) — on the same model, data, batches and
+step counts.
+
+Runs write ``metrics.csv`` (one row per step) and ``loss.png`` and keep one atomic checkpoint ``checkpoint.pt``
+(written to a temporary file, then renamed). A run resumed from its checkpoint continues exactly as an
+uninterrupted one. A NaN/inf gradient stops training with :class:`NonFiniteGradientError` naming the layer and
+leaves the last good checkpoint untouched.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Optional
+
+from .config import RunConfig
+from .data import Splits, batch_indices, load_splits
+from .errors import ModelError, NonFiniteGradientError
+from .lsp_linear import find_target_linears, linear_weight, wrap_model
+from .models import build_model, head_parameters, is_classifier
+
+CHECKPOINT = "checkpoint.pt"
+
+
+class Trainer:
+    """Fine-tunes ``cfg.model`` on ``cfg.data`` with ``cfg.train.method``.
+
+    ``model``/``tok``/``splits`` may be passed in to share one loaded model and data set between runs (the model is
+    deep-copied so runs never share weights).
+    """
+
+    def __init__(self, cfg: RunConfig, model=None, tok=None, splits: Optional[Splits] = None, resume: bool = True):
+        import copy
+
+        import torch
+
+        self.cfg = cfg
+        tc = cfg.train
+        if tc.threads:
+            torch.set_num_threads(tc.threads)
+        dev = cfg.device
+        if dev == "auto":
+            dev = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(dev)
+        if model is None:
+            model, tok = build_model(cfg.model, seed=tc.seed)
+        else:
+            model = copy.deepcopy(model)
+        self.model, self.tok = model, tok
+        self.classify = is_classifier(model)
+        self.splits = splits if splits is not None else load_splits(cfg.data, tok, self.classify)
+        self.model.to(self.device)
+        self.method = tc.method
+        self.step = 0
+        self.history: list[dict[str, Any]] = []
+        self.refits = 0
+        self.scheduler = None
+        self.opt = None
+        self._zero = None
+        self._setup()
+        if cfg.model.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
+            import warnings
+
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            if hasattr(self.model.config, "use_cache"):
+                self.model.config.use_cache = False
+        self.model.train()
+        if resume and cfg.out_dir and os.path.isfile(os.path.join(cfg.out_dir, CHECKPOINT)):
+            self.load_checkpoint(os.path.join(cfg.out_dir, CHECKPOINT))
+        elif self.method == "lsp" and cfg.lsp.initial_fit:
+            self.fit_projectors(initial=True)
+
+    # --- setup ----------------------------------------------------------------------------------------------------
+    def _targets(self) -> list[tuple[str, Any]]:
+        found = find_target_linears(self.model, self.cfg.model.target_modules)
+        if not found:
+            raise ModelError("model.target_modules", f"no trainable linear in {type(self.model).__name__} matches "
+                                                     f"{list(self.cfg.model.target_modules)}",
+                             list(self.cfg.model.target_modules))
+        return found
+
+    def _setup(self) -> None:
+        import torch
+
+        tc, m = self.cfg.train, self.method
+        head = head_parameters(self.model) if self.classify else []
+        head_ids = {id(p) for p in head}
+        if m != "lora":
+            for p in self.model.parameters():
+                p.requires_grad_(id(p) in head_ids)
+        adam_kw = dict(lr=tc.lr, betas=tc.betas, eps=tc.eps)
+        if m == "lsp":
+            lc = self.cfg.lsp
+            wdt = getattr(torch, lc.weight_dtype)
+            self._targets()  # a clear error before wrapping
+            self.layers = wrap_model(self.model, self.cfg.model.target_modules, lc.d, lc.r, lc.seed, wdt)
+            for p in head:
+                p.requires_grad_(True)
+            from .schedule import LayerwiseScheduler
+
+            self.scheduler = LayerwiseScheduler(self.layers, tc.lr, tc.betas, tc.eps, overlap=lc.overlap,
+                                                threads=lc.adam_threads)
+            self.opt = torch.optim.Adam(head, **adam_kw) if head else None
+            self.trainable = [lay.weight for lay in self.layers] + head
+            self.n_trainable = sum(lay.d * lay.d for lay in self.layers) + sum(p.numel() for p in head)
+        elif m in ("full_ft", "zero_offload", "zero_offload_delayed"):
+            ws = []
+            for _, mod in self._targets():
+                mod.weight.requires_grad_(True)
+                ws.append(mod.weight)
+            self.trainable = ws + head
+            self.n_trainable = sum(p.numel() for p in self.trainable)
+            if m == "full_ft":
+                self.opt = torch.optim.Adam(self.trainable, fused=True, **adam_kw)
+            else:
+                self._zero = _ZeroOffload(self.trainable, tc.lr, tc.betas, tc.eps, delayed=m.endswith("delayed"))
+        elif m == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            names = sorted({n.rsplit(".", 1)[-1] for n, _ in self._targets()})
+            lcfg = LoraConfig(r=tc.lora_r, lora_alpha=tc.lora_alpha, lora_dropout=0.0, target_modules=names,
+                              modules_to_save=[n for n in ("classifier", "score") if hasattr(self.model, n)] or None,
+                              fan_in_fan_out=type(self._targets()[0][1]).__name__ == "Conv1D")
+            self.model = get_peft_model(self.model, lcfg)
+            self.trainable = [p for p in self.model.parameters() if p.requires_grad]
+            self.n_trainable = sum(p.numel() for p in self.trainable)
+            self.opt = torch.optim.Adam(self.trainable, **adam_kw)
+        elif m == "galore":
+            from galore_torch import GaLoreAdamW
+
+            ws = []
+            for _, mod in self._targets():
+                mod.weight.requires_grad_(True)
+                ws.append(mod.weight)
+            groups = [{"params": ws, "rank": tc.galore_rank, "update_proj_gap": tc.galore_update_gap,
+                       "scale": tc.galore_scale, "proj_type": "std"}]
+            if head:
+                groups.insert(0, {"params": head})
+            self.trainable = ws + head
+            self.n_trainable = sum(p.numel() for p in self.trainable)  # full weights train (states are low-rank)
+            self.opt = GaLoreAdamW(groups, lr=tc.lr, betas=tc.betas, eps=tc.eps, weight_decay=0.0)
+
+    # --- batches and losses ----------------------------------------------------------------------------------------
+    def _batch(self, data, idx) -> dict:
+        import torch
+
+        b = data.take(torch.as_tensor(idx, dtype=torch.long))
+        return {k: v.to(self.device) for k, v in b.items()}
+
+    def _loss(self, batch: dict):
+        return self.model(**batch).loss
+
+    def evaluate(self) -> dict[str, float]:
+        """Mean loss (and accuracy for a classifier) over the eval split; pending LSP updates land first."""
+        import torch
+
+        if self.scheduler is not None:
+            self.scheduler.flush()
+        if self._zero is not None:
+            self._zero.flush()
+        data = self.splits.eval
+        tot, n, correct = 0.0, 0, 0
+        was = self.model.training
+        self.model.eval()
+        with torch.no_grad():
+            for a in range(0, len(data), self.cfg.train.batch):
+                idx = list(range(a, min(len(data), a + self.cfg.train.batch)))
+                b = self._batch(data, idx)
+                out = self.model(**b)
+                tot += out.loss.item() * len(idx)
+                n += len(idx)
+                if self.classify:
+                    correct += int((out.logits.argmax(-1) == b["labels"]).sum())
+        self.model.train(was)
+        res = {"eval_loss": tot / max(1, n)}
+        if self.classify:
+            res["eval_acc"] = correct / max(1, n)
+        return res
+
+    # --- LSP projector fitting --------------------------------------------------------------------------------------
+    def calibration_grads(self) -> list:
+        """Full ∇W of every LSP layer accumulated over the held-out calibration batches."""
+        if self.scheduler is not None:
+            self.scheduler.flush()
+        for lay in self.layers:
+            lay.calibrating, lay.calib_grad = True, None
+        data = self.splits.calib
+        try:
+            nb = min(self.cfg.lsp.calib_batches, max(1, len(data) // self.cfg.train.batch))
+            for k in range(nb):
+                idx = list(range(k * self.cfg.train.batch, min(len(data), (k + 1) * self.cfg.train.batch)))
+                self._loss(self._batch(data, idx)).backward()
+            grads = [lay.calib_grad for lay in self.layers]
+        finally:
+            for lay in self.layers:
+                lay.calibrating, lay.calib_grad = False, None
+            for p in self.model.parameters():
+                p.grad = None
+        return grads
+
+    def projection_errors(self, grads=None) -> list[float]:
+        from .projector import estimation_error
+
+        grads = grads if grads is not None else self.calibration_grads()
+        return [estimation_error(lay.P, lay.Q, g) for lay, g in zip(self.layers, grads)]
+
+    def fit_projectors(self, initial: bool = False, grads: Optional[list] = None) -> dict[str, Any]:
+        """Initial fit (one fit per weight shape on up to 3 layers' calibration gradients, values copied to every
+        layer of that shape) or a periodic check (refit a layer only if its error exceeds alpha, re-projecting its
+        Adam moments onto the new subspace)."""
+        from .projector import estimation_error, fit_projectors, reproject_moments
+
+        lc = self.cfg.lsp
+        grads = grads if grads is not None else self.calibration_grads()
+        info: dict[str, Any] = {"refit": 0}
+        if initial:
+            by_shape: dict[tuple, list[int]] = {}
+            for i, lay in enumerate(self.layers):
+                by_shape.setdefault(tuple(lay.weight.shape), []).append(i)
+            errs = []
+            for shape, ids in by_shape.items():
+                pick = ids if len(ids) <= 3 else [ids[0], ids[len(ids) // 2], ids[-1]]
+                lead = self.layers[pick[0]]
+                b, a = fit_projectors(lead.P, lead.Q, [grads[i] for i in pick], lc.fit_steps, lc.fit_lr)
+                errs.append((b, a))
+                for i in ids:
+                    if self.layers[i].P.idx.equal(lead.P.idx) and self.layers[i].Q.idx.equal(lead.Q.idx):
+                        self.layers[i].P.set_values(lead.P.val)
+                        self.layers[i].Q.set_values(lead.Q.val)
+                    else:  # different sparsity pattern: fit on its own
+                        fit_projectors(self.layers[i].P, self.layers[i].Q, [grads[i]], lc.fit_steps, lc.fit_lr)
+            info["shape_errors"] = errs
+            return info
+        for i, (lay, g) in enumerate(zip(self.layers, grads)):
+            err = estimation_error(lay.P, lay.Q, g)
+            if err > lc.alpha:
+                P0, Q0 = lay.P.clone(), lay.Q.clone()
+                fit_projectors(lay.P, lay.Q, [g], lc.fit_steps, lc.fit_lr)
+                st = self.scheduler.states[i]
+                reproject_moments(st.m, st.v, lay.P, P0, lay.Q, Q0)
+                info["refit"] += 1
+        self.refits += info["refit"]
+        return info
+
+    # --- the loop ---------------------------------------------------------------------------------------------------
+    def _check_finite(self) -> None:
+        import torch
+
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        for p in self.trainable:
+            if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+                name = names.get(id(p), "?").rsplit(".", 1)[0]
+                raise NonFiniteGradientError(name, "gradient holds NaN/inf; step skipped, last checkpoint kept")
+
+    def train_step(self) -> float:
+        """One optimizer step (``accum`` micro-batches); returns the mean micro-batch loss."""
+        tc = self.cfg.train
+        data = self.splits.train
+        total = 0.0
+        for k in range(tc.accum):
+            idx = batch_indices(len(data), tc.batch, self.step, k, tc.accum, tc.seed)
+            if self.scheduler is not None:
+                self.scheduler.begin_step(final_micro_batch=(k == tc.accum - 1))
+            loss = self._loss(self._batch(data, idx)) / tc.accum
+            loss.backward()
+            total += loss.item()
+        if self.scheduler is not None:
+            self.scheduler.end_step()
+        if self.method != "lsp":
+            self._check_finite()
+        elif self.opt is not None:
+            self._check_finite()
+        if self._zero is not None:
+            self._zero.step()
+        if self.opt is not None:
+            self.opt.step()
+            self.opt.zero_grad(set_to_none=True)
+        self.step += 1
+        lc = self.cfg.lsp
+        if self.method == "lsp" and lc.check_interval and self.step % lc.check_interval == 0 \
+                and self.step < tc.steps:
+            self.fit_projectors(initial=False)
+        return total
+
+    def train(self) -> dict[str, Any]:
+        """Run to ``train.steps``; returns a summary. On a bad gradient or an interrupt: cleanup, metrics kept,
+        checkpoint untouched, the error re-raised."""
+        tc = self.cfg.train
+        t0 = time.perf_counter()
+        prog = _Progress(tc.progress, tc.steps, self.step, f"{self.method}")
+        try:
+            while self.step < tc.steps:
+                ts = time.perf_counter()
+                loss = self.train_step()
+                if not math.isfinite(loss):
+                    raise NonFiniteGradientError("loss", f"loss is {loss} at step {self.step}")
+                row = {"step": self.step, "loss": loss, "step_s": time.perf_counter() - ts}
+                if tc.eval_every and self.step % tc.eval_every == 0 and self.step < tc.steps:
+                    row.update(self.evaluate())
+                self.history.append(row)
+                prog.update(loss)
+                if tc.checkpoint_every and self.step % tc.checkpoint_every == 0 and self.step < tc.steps:
+                    self.save_checkpoint()
+            wall = time.perf_counter() - t0
+            ev = self.evaluate()
+            if self.history:
+                self.history[-1].update(ev)
+            if self.cfg.out_dir:
+                self.save_checkpoint()
+        finally:
+            prog.close()
+            self._write_metrics()
+        return {"method": self.method, "steps": self.step, "train_loss": self.history[-1]["loss"] if self.history
+                else None, **ev, "wall_s": wall, "trainable_params": int(self.n_trainable), "refits": self.refits}
+
+    def close(self) -> None:
+        if self.scheduler is not None:
+            self.scheduler.close()
+            self.scheduler = None
+        if self._zero is not None:
+            self._zero.close()
+            self._zero = None
+
+    # --- outputs ----------------------------------------------------------------------------------------------------
+    def _write_metrics(self) -> None:
+        if not self.cfg.out_dir or not self.history:
+            return
+        from shared_ir import atomic_write_text
+
+        keys = sorted({k for r in self.history for k in r}, key=lambda k: (k != "step", k))
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, keys)
+        w.writeheader()
+        w.writerows(self.history)
+        atomic_write_text(os.path.join(self.cfg.out_dir, "metrics.csv"), buf.getvalue())
+        plot_losses({self.method: self.history}, os.path.join(self.cfg.out_dir, "loss.png"))
+
+    def _trainable_state(self) -> dict:
+        names = {id(p): n for n, p in self.model.named_parameters()}
+        return {names[id(p)]: p.detach().cpu().clone() for p in self.trainable}
+
+    def save_checkpoint(self, path: Optional[str] = None) -> str:
+        """Atomically write the state needed to continue exactly (weights that train, optimizer/offload states,
+        projectors, step)."""
+        import torch
+
+        path = path or os.path.join(self.cfg.out_dir, CHECKPOINT)
+        if self.scheduler is not None:
+            self.scheduler.flush()
+        if self._zero is not None:
+            self._zero.flush()
+        state: dict[str, Any] = {"step": self.step, "method": self.method, "weights": self._trainable_state(),
+                                 "history": self.history, "refits": self.refits, "rng": torch.get_rng_state()}
+        if self.opt is not None:
+            state["opt"] = self.opt.state_dict()
+        if self.scheduler is not None:
+            state["lsp"] = {"sched": self.scheduler.state_dict(),
+                            "proj": [(lay.P.state_dict(), lay.Q.state_dict()) for lay in self.layers]}
+        if self._zero is not None:
+            state["zero"] = self._zero.state_dict()
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return path
+
+    def load_checkpoint(self, path: str) -> None:
+        import torch
+
+        state = torch.load(path, map_location="cpu", weights_only=False)
+        if state.get("method") != self.method:
+            raise ModelError("train.method", f"checkpoint {path} was written by method {state.get('method')!r}",
+                             self.method)
+        params = dict(self.model.named_parameters())
+        with torch.no_grad():
+            for n, t in state["weights"].items():
+                if n not in params:
+                    raise ModelError(f"checkpoint.weights.{n}", f"no such parameter in the model ({path})")
+                params[n].copy_(t.to(params[n].device))
+        if self.opt is not None and "opt" in state:
+            self.opt.load_state_dict(state["opt"])
+        if self.scheduler is not None:
+            self.scheduler.load_state_dict(state["lsp"]["sched"])
+            for lay, (p, q) in zip(self.layers, state["lsp"]["proj"]):
+                lay.P.load_state_dict(p)
+                lay.Q.load_state_dict(q)
+        if self._zero is not None:
+            self._zero.load_state_dict(state["zero"])
+        self.step = int(state["step"])
+        self.history = list(state["history"])
+        self.refits = int(state.get("refits", 0))
+        torch.set_rng_state(state["rng"])
+
+
+class _ZeroOffload:
+    """ZeRO-Offload style: the full gradients go to the host, CPU Adam updates fp32 master weights, the new weights
+    come back. ``delayed``: the CPU update of step t overlaps step t+1 (one-step stale weights, as DeepSpeed's
+    delayed parameter update)."""
+
+    def __init__(self, params: list, lr: float, betas, eps: float, delayed: bool):
+        import torch
+
+        from .cpu_adam import CPUAdam
+
+        self.params, self.lr, self.delayed = params, float(lr), delayed
+        pin = any(p.device.type == "cuda" for p in params)
+        self.master = [p.detach().float().cpu().contiguous().clone() for p in params]
+        if pin:
+            self.master = [m.pin_memory() for m in self.master]
+        self.m = [torch.zeros_like(x) for x in self.master]
+        self.v = [torch.zeros_like(x) for x in self.master]
+        self.host_g = [torch.zeros_like(x) for x in self.master]
+        self.adam = CPUAdam(betas, eps)
+        self.t = 0
+        self._job = None
+        self._worker = ThreadPoolExecutor(1, thread_name_prefix="zero_host")
+
+    def _cpu_update(self) -> None:
+        self.t += 1
+        for p, m, v, g in zip(self.master, self.m, self.v, self.host_g):
+            self.adam.param(p.view(-1), g.view(-1), m.view(-1), v.view(-1), self.t, self.lr)
+
+    def _upload(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for p, w in zip(self.params, self.master):
+                p.copy_(w, non_blocking=True)
+
+    def step(self) -> None:
+        import torch
+
+        with torch.no_grad():
+            for p, g in zip(self.params, self.host_g):  # d2h of the full gradients
+                g.copy_(p.grad if p.grad is not None else torch.zeros_like(p))
+                p.grad = None
+        if not self.delayed:
+            self._cpu_update()
+            self._upload()
+            return
+        self.flush()  # the previous step's update lands now (its weights were one step stale during this step)
+        self._job = self._worker.submit(self._cpu_update)
+
+    def flush(self) -> None:
+        if self._job is not None:
+            job, self._job = self._job, None
+            job.result()
+            self._upload()
+
+    def close(self) -> None:
+        self.flush()
+        self._worker.shutdown(wait=True)
+        self.adam.close()
+
+    def state_dict(self) -> dict:
+        self.flush()
+        return {"t": self.t, "master": [x.clone() for x in self.master], "m": [x.clone() for x in self.m],
+                "v": [x.clone() for x in self.v]}
+
+    def load_state_dict(self, sd: dict) -> None:
+        self.t = int(sd["t"])
+        for dst, src in ((self.master, sd["master"]), (self.m, sd["m"]), (self.v, sd["v"])):
+            for a, b in zip(dst, src):
+                a.copy_(b)
+        self._upload()
+
+
+class _Progress:
+    """A rich progress bar (or nothing)."""
+
+    def __init__(self, enabled: bool, total: int, done: int, label: str):
+        self.p = None
+        if enabled:
+            from rich.progress import Progress
+
+            self.p = Progress(transient=True)
+            self.p.start()
+            self.task = self.p.add_task(label, total=total, completed=done)
+
+    def update(self, loss: float) -> None:
+        if self.p is not None:
+            self.p.update(self.task, advance=1, description=f"loss {loss:.4f}")
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.stop()
+
+
+def plot_losses(histories: dict[str, list[dict]], path: str) -> None:
+    """Training-loss curves of one or several runs as a PNG (written atomically)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, hist in histories.items():
+        ax.plot([r["step"] for r in hist], [r["loss"] for r in hist], label=name)
+    ax.set_xlabel("step")
+    ax.set_ylabel("training loss")
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp{os.getpid()}.png")
+    fig.savefig(tmp, dpi=100)
+    plt.close(fig)
+    os.replace(tmp, path)
+
+
+def run(cfg: RunConfig, **kw) -> dict[str, Any]:
+    """Build, train, close; the summary."""
+    tr = Trainer(cfg, **kw)
+    try:
+        return tr.train()
+    finally:
+        tr.close()
+
+
+__all__ = ["Trainer", "run", "plot_losses", "CHECKPOINT", "linear_weight"]
