@@ -366,6 +366,8 @@ class Op:
         new = object.__new__(Op)
         for f in ("name", "kind", "dims", "inputs", "outputs", "attrs", "flops_per_point"):
             object.__setattr__(new, f, changes.get(f, getattr(self, f)))
+        if "points" in self.__dict__:  # cached costs survive a rename (touched_bytes is keyed by tensor name)
+            new.__dict__["points"] = self.__dict__["points"]
         return new
 
     # --- serialisation ------------------------------------------------------------------------------------------
