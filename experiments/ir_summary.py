@@ -95,9 +95,9 @@ def _rate(v: float, unit: str) -> str:
 
 def plot_roofline(rows: list[dict[str, Any]], device: Any, path: Path, title: str) -> int:
     """Write the roofline PNG atomically; returns the number of ops plotted (ops with no FLOPs are left out)."""
-    import os
-
     import matplotlib
+
+    from shared_ir import atomic_savefig
 
     matplotlib.use("Agg")  # headless: never needs a display
     import matplotlib.pyplot as plt
@@ -138,10 +138,7 @@ def plot_roofline(rows: list[dict[str, Any]], device: Any, path: Path, title: st
         ax.grid(True, which="both", lw=0.3, alpha=0.5)
         ax.legend(fontsize=7, loc="lower right")
         fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.stem}.tmp{os.getpid()}{path.suffix}")
-        fig.savefig(tmp, format="png")
-        os.replace(tmp, path)  # atomic: readers never see half a PNG
+        atomic_savefig(fig, path, format="png")  # readers never see half a PNG
     finally:
         plt.close(fig)
     return len(pts)

@@ -4,13 +4,13 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-import os
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Iterable, Mapping, Sequence
 
 import networkx as nx
 
+from .atomic import atomic_write_text
 from .errors import GraphError, ShapeError, ValidationError
 from .op import CHAIN_GLUE_KINDS, Op, Tensor, TensorRole, op_from_dict
 
@@ -336,15 +336,3 @@ class Graph:
 
     def __repr__(self) -> str:
         return f"Graph({self.name!r}, {len(self._ops)} ops, {len(self._tensors)} tensors, {self.macs / 1e9:.3f} GMACs)"
-
-
-def atomic_write_text(path: str, text: str) -> None:
-    """Write to a temporary file in the same folder, then rename: readers never see a partial file."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)

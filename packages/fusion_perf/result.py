@@ -129,12 +129,10 @@ class Result:
         cax.tick_params(axis="y", labelsize=7)
         fig.suptitle(title)
         fig.tight_layout()
-        tmp = path + ".tmp.png"
-        fig.savefig(tmp, dpi=100)
-        plt.close(fig)
-        import os
+        from shared_ir import atomic_savefig
 
-        os.replace(tmp, path)
+        atomic_savefig(fig, path, dpi=100)
+        plt.close(fig)
 
 
 __all__ = ["Result", "LevelStats", "COUNTS"]

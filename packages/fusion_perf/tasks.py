@@ -7,7 +7,7 @@ import math
 import os
 from typing import Any
 
-from shared_ir import atomic_write_text
+from shared_ir import atomic_savefig, atomic_write_text
 
 from .arch import load_arch
 from .config import DSEConfig
@@ -71,10 +71,8 @@ def _plot(results: list, templates: list, path: str, title: str) -> None:
     ax.set_title(title)
     ax.legend(fontsize=7)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=100)
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def attention_dse(hardware: Any = None, workload: Any = None, out_dir: str = ".", **params) -> dict:

@@ -248,4 +248,7 @@ class LayerwiseScheduler:
                 if st.pending is not None:
                     st.pending.exception()
                     st.pending = None
+            # in-flight jobs of the same failed step may have recorded more errors meanwhile: the first one stands,
+            # and a later flush/close must not raise a stale one again
+            self._error = None
             raise err

@@ -130,7 +130,7 @@ def _plot_plan(rows: list[dict], path: str) -> None:
         a.set_title(t)
         a.legend(fontsize=8)
     fig.tight_layout()
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".plan.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
+    from shared_ir import atomic_savefig
+
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)

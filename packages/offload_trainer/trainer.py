@@ -364,13 +364,10 @@ class Trainer:
                             "proj": [(lay.P.state_dict(), lay.Q.state_dict()) for lay in self.layers]}
         if self._zero is not None:
             state["zero"] = self._zero.state_dict()
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        from shared_ir import atomic_path
+
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
         return path
 
     def load_checkpoint(self, path: str) -> None:
@@ -510,10 +507,10 @@ def plot_losses(histories: dict[str, list[dict]], path: str) -> None:
     ax.legend()
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=100)
+    from shared_ir import atomic_savefig
+
+    atomic_savefig(fig, path, dpi=100)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def run(cfg: RunConfig, **kw) -> dict[str, Any]:

@@ -11,6 +11,8 @@ import os
 import pickle
 from typing import Any, Callable, Iterable
 
+from shared_ir import atomic_write_bytes
+
 from .errors import CheckpointError, MapperError
 
 _WORKER: tuple[Callable, Any] | None = None
@@ -82,16 +84,6 @@ class Evaluator:
             self._pool = None
 
 
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Temporary file in the same folder, fsync, rename: a reader (or a resume after a kill) never sees half."""
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def save_checkpoint(path: str, state: dict) -> None:

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 
 from shared_ir import atomic_write_text
 
@@ -70,9 +69,7 @@ def write_gantt(path: str, w: Workload, soc: SoC, plan: Plan, res: Result, title
 
         ax.legend(handles=[Patch(color=color[m], label=m) for m in models], fontsize=6, ncol=4, loc="upper right")
     fig.tight_layout()
-    d = os.path.dirname(os.path.abspath(path))
-    os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{os.path.basename(path)}.tmp{os.getpid()}.png")
-    fig.savefig(tmp, dpi=110)
+    from shared_ir import atomic_savefig
+
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
-    os.replace(tmp, path)

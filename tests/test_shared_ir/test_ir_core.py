@@ -265,3 +265,16 @@ def test_touched_bytes_of_gather_and_strided_conv():
     assert e.total_bytes == 2 * 64 * 8 + 2 * 64 * 16 * 4 * 2
     c = O.conv2d("c", Tensor("x", (1, 8, 16, 16), role="input"), Tensor("w", (8, 8, 1, 1), role="weight"), "y", stride=2)
     assert c.touched_bytes["x"] == 8 * 8 * 8 * 4  # every other row and column
+
+
+def test_atomic_path_replaces_only_on_success(tmp_path):
+    from shared_ir import atomic_path, atomic_write_text
+
+    p = tmp_path / "r.csv"
+    atomic_write_text(p, "a,b\n")
+    with pytest.raises(RuntimeError):
+        with atomic_path(p) as tmp:
+            open(tmp, "w").write("half")
+            raise RuntimeError("writer died")
+    assert p.read_text() == "a,b\n"  # the old content survives a failed write
+    assert [f.name for f in tmp_path.iterdir()] == ["r.csv"]  # and no temporary file is left behind
