@@ -54,9 +54,16 @@ MEMORY_BOUND = {
 }
 ATTENTION = {"small": [("Attention-2k", 4, 2048), ("Attention-4k", 2, 4096)],
              "full": [("Attention-2k", 12, 2048), ("Attention-4k", 8, 4096)]}
-METASCHEDULE = {"small": {"shapes": ["ViT-Base/16", "Mixer-Small/32-S"], "trials": 16, "timeout_s": 300},
+# MetaSchedule without fusion: each GEMM of the chain tuned on its own, ``trials`` per GEMM, ``per_iter`` candidates
+# per search round, one build/run worker; ``timeout_s`` is the wall clock for both GEMMs of one shape
+# ``search``: "replay-trace" (random schedules, random cost model: the cheapest search that still measures) or
+# "evolutionary" (the default search with a cost model, shrunk); measured here under load: ~40 s start-up and
+# ~15 s per candidate build with one build worker, so the small scale tunes 4 trials per GEMM
+METASCHEDULE = {"small": {"shapes": ["ViT-Base/16", "Mixer-Small/32-S"], "trials": 4, "per_iter": 4,
+                          "timeout_s": 240, "search": "replay-trace"},
                 "full": {"shapes": ["Bert-Small", "ViT-Base/16", "ViT-Huge/14", "Mixer-Small/32-S",
-                                    "Mixer-Large/32-S"], "trials": 64, "timeout_s": 1200}}
+                                    "Mixer-Large/32-S"], "trials": 64, "per_iter": 16, "timeout_s": 1200,
+                         "search": "evolutionary"}}
 
 
 def shapes(scale: str) -> list[dict]:
@@ -109,26 +116,42 @@ def torch_sdpa(spec, ins) -> Callable[[], Any]:
     return lambda: F.scaled_dot_product_attention(A, B, D, scale=spec.scale)
 
 
-def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget_s: float) -> dict[str, float]:
-    """Median ms per variant; variants alternate within each repeat so that drifting machine load hits all."""
+def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget_s: float,
+                     cpu_out: dict[str, float] | None = None) -> dict[str, float]:
+    """Median ms per variant; variants alternate within each repeat so that drifting machine load hits all.
+
+    ``cpu_out``, when given, receives each variant's median CPU ms per call (all its threads, spin-waits included):
+    on a shared machine the wall clock counts other processes' time slices, the CPU time does not."""
     calls: dict[str, int] = {}
 
     def once(k, f, n):
         if isinstance(f, SelfTimed):
-            return f.timed(n)
-        t = time.perf_counter()
+            if f.settle_s:  # and this process's TVM workers still spin after the previous variant's last call
+                time.sleep(f.settle_s / 5)
+            r = f.timed(n)
+            if f.settle_s:  # the other process's threads still spin after its calls: let them go idle first
+                time.sleep(f.settle_s)
+            return r if isinstance(r, tuple) else (r, None)
+        f()  # one untimed call: thread pools awake, caches warm, as the other process's variant gets too
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(n):
             f()
-        return (time.perf_counter() - t) / n * 1e3
+        return (time.perf_counter() - t) / n * 1e3, (time.process_time() - c) / n * 1e3
 
     for k, f in variants.items():  # warm-up, and how many calls fit in a ~budget/repeat slice
         once(k, f, 1)
-        dt = max(once(k, f, 1) * 1e-3, 1e-6)
+        dt = max(once(k, f, 1)[0] * 1e-3, 1e-6)
         calls[k] = max(1, min(50, int(budget_s / repeat / len(variants) / dt)))
     runs: dict[str, list[float]] = {k: [] for k in variants}
+    cpu: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(repeat):
         for k, f in variants.items():
-            runs[k].append(once(k, f, calls[k]))
+            w, c = once(k, f, calls[k])
+            runs[k].append(w)
+            if c is not None:
+                cpu[k].append(c)
+    if cpu_out is not None:
+        cpu_out.update({k: statistics.median(v) for k, v in cpu.items() if v})
     return {k: statistics.median(v) for k, v in runs.items()}
 
 
@@ -161,10 +184,12 @@ for line in sys.stdin:
         print(json.dumps({"ok": True}), flush=True)
     elif j["cmd"] == "time":
         f = fns[j["name"]]
-        t = time.perf_counter()
+        f()  # one untimed call: its threads awake after the pause the parent leaves between variants
+        t, c = time.perf_counter(), time.process_time()
         for _ in range(j["n"]):
             f()
-        print(json.dumps({"ms": (time.perf_counter() - t) / j["n"] * 1e3}), flush=True)
+        print(json.dumps({"ms": (time.perf_counter() - t) / j["n"] * 1e3,
+                          "cpu_ms": (time.process_time() - c) / j["n"] * 1e3}), flush=True)
     elif j["cmd"] == "drop":
         fns.pop(j["name"], None)
         print(json.dumps({"ok": True}), flush=True)
@@ -194,7 +219,14 @@ class OpenBLASServer:
 
     def variant(self, name: str, s: GemmChain) -> "SelfTimed":
         self._ask(cmd="setup", name=name, b=s.batch, M=s.M, N=s.N, K=s.K, L=s.L, glue=s.glue, scale=s.scale)
-        return SelfTimed(lambda n: self._ask(cmd="time", name=name, n=n)["ms"], lambda: self._ask(cmd="drop", name=name))
+        def timed(n):
+            r = self._ask(cmd="time", name=name, n=n)
+            return r["ms"], r.get("cpu_ms")
+
+        # OpenBLAS's pthreads spin-wait after a call (THREAD_TIMEOUT, 2^28 cycles ≈ 0.1 s by default) before they
+        # sleep: without the pause they take the cores from whichever variant is timed next (measured: ours ×5-10
+        # slower in the bench than alone)
+        return SelfTimed(timed, lambda: self._ask(cmd="drop", name=name), settle_s=0.25)
 
     def close(self) -> None:
         try:
@@ -205,13 +237,15 @@ class OpenBLASServer:
 
 
 class SelfTimed:
-    """A variant that times itself (in another process): ``timed(n)`` returns ms per call over n calls."""
+    """A variant that times itself (in another process): ``timed(n)`` returns ms per call over n calls, or
+    (wall ms, CPU ms) per call."""
 
-    def __init__(self, timed: Callable[[int], float], done: Callable[[], Any] = lambda: None):
-        self.timed, self.done = timed, done
+    def __init__(self, timed: Callable[[int], Any], done: Callable[[], Any] = lambda: None, settle_s: float = 0.0):
+        self.timed, self.done, self.settle_s = timed, done, settle_s
 
     def __call__(self):
-        return self.timed(1)
+        r = self.timed(1)
+        return r[0] if isinstance(r, tuple) else r
 
 
 # --- MetaSchedule (no fusion) ---------------------------------------------------------------------------------------
@@ -224,39 +258,86 @@ from tvm import te
 from tvm.s_tir import meta_schedule as ms
 from chain_fuser.codegen import target
 b, M, N, K, L = json.loads(sys.argv[1])
-A = te.placeholder((b, M, K), name="A"); B = te.placeholder((b, K, L), name="B"); D = te.placeholder((b, L, N), name="D")
-k = te.reduce_axis((0, K), "k")
-C = te.compute((b, M, L), lambda i, m, l: te.sum(A[i, m, k] * B[i, k, l], axis=k), name="C")
-l2 = te.reduce_axis((0, L), "l2")
-E = te.compute((b, M, N), lambda i, m, n: te.sum(C[i, m, l2] * D[i, l2, n], axis=l2), name="E")
-mod = tvm.IRModule({"main": te.create_prim_func([A, B, D, E])})
-trials = int(sys.argv[2])
+trials, outdir = int(sys.argv[2]), sys.argv[3]
+per_iter = int(sys.argv[5])
+
+
+def gemm(name, b, m, k, n):
+    X = te.placeholder((b, m, k), name="X"); Y = te.placeholder((b, k, n), name="Y")
+    r = te.reduce_axis((0, k), "r")
+    Z = te.compute((b, m, n), lambda i, p, q: te.sum(X[i, p, r] * Y[i, r, q], axis=r), name=name)
+    return tvm.IRModule({"main": te.create_prim_func([X, Y, Z])})
+
+
+strategy = sys.argv[6]
+# the chain unfused: GEMM 1 (C = A·B) and GEMM 2 (E = C·D) are two tasks of one tuning run (one builder/runner
+# start-up for both), each searched and tiled on its own; the intermediate goes to memory
+funcs = {"gemm1": gemm("gemm1", b, M, K, L), "gemm2": gemm("gemm2", b, M, L, N)}
+mod = tvm.IRModule({n: f["main"].with_attr("global_symbol", n) for n, f in funcs.items()})
+if strategy == "evolutionary":  # the default search, shrunk to fit a handful of trials
+    st = ms.search_strategy.EvolutionarySearch(population_size=32, init_min_unmeasured=8, genetic_num_iters=1)
+    cm = "xgb"
+else:  # random schedules from the design space: no cost-model training, the cheapest search that still measures
+    st, cm = "replay-trace", "random"
 t = time.perf_counter()
 with tempfile.TemporaryDirectory() as wd:
-    db = ms.tune_tir(mod, target(), wd, max_trials_global=trials, num_trials_per_iter=min(trials, 16))
-    sch = ms.tir_integration.compile_tir(db, mod, target())
-tune_s = time.perf_counter() - t
-tvm.build(sch.mod, target=target()).export_library(sys.argv[3])
-print(json.dumps({"tune_s": tune_s}))
+    # one build and one run worker, few candidates per round, one quick measurement each: the smallest
+    # MetaSchedule that still searches (2 cores shared with the benchmark's own process)
+    db = ms.tune_tir(mod, target(), wd, max_trials_global=2 * trials, max_trials_per_task=trials,
+                     num_trials_per_iter=per_iter, strategy=st, cost_model=cm,
+                     builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120),
+                     runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
+                         number=1, repeat=1, min_repeat_ms=0)),
+                     num_tuning_cores=1, seed=0)
+    tune_s = time.perf_counter() - t
+    for name, f in funcs.items():
+        sch = ms.tir_integration.compile_tir(db, mod[name], target())
+        if sch is None:
+            print(json.dumps({"error": name + ": no valid schedule after " + str(trials) + " trials",
+                              "tune_s": tune_s}))
+            sys.exit(3)
+        fn = sch.mod["main"].with_attr("global_symbol", "main")
+        tvm.build(tvm.IRModule({"main": fn}), target=target()).export_library(os.path.join(outdir, name + ".so"))
+print(json.dumps({"tune_s": tune_s, "search": strategy}))
 """
 
 
-def metaschedule_unfused(spec: GemmChain, trials: int, timeout_s: float = 600):
-    """Tune the unfused chain (two GEMM blocks, the intermediate in memory) with MetaSchedule in a subprocess (its
-    builder/runner pools and any crash stay out of the benchmark); returns (module or None, tuning seconds, note)."""
+class MetaScheduleChain:
+    """The unfused chain from two MetaSchedule-tuned GEMMs: ``E = gemm2(gemm1(A, B), D)``, the intermediate in
+    memory (allocated once, outside the timed call)."""
+
+    def __init__(self, g1, g2, spec: GemmChain):
+        import torch
+
+        self.g1, self.g2 = g1, g2
+        self.C = torch.empty(spec.batch, spec.M, spec.L)
+        self.E = torch.empty(spec.batch, spec.M, spec.N)
+
+    def __call__(self, A, B, D):
+        self.g1["main"](A, B, self.C)
+        self.g2["main"](self.C, D, self.E)
+        return self.E
+
+
+def metaschedule_unfused(spec: GemmChain, trials: int, timeout_s: float = 180, per_iter: int = 4,
+                         strategy: str = "replay-trace"):
+    """Tune the chain's two GEMMs separately (no fusion: the intermediate goes to memory) with MetaSchedule in a
+    subprocess (its builder/runner pools and any crash stay out of the benchmark), under a strict wall clock for
+    both together. Returns (MetaScheduleChain or None, tuning seconds, note); the note says why when None."""
     from .kernel import import_tvm
 
     tvm = import_tvm()
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     root = os.path.dirname(pkg)
+    if spec.bt or spec.dt or spec.glue != "none":
+        return None, 0.0, "skipped: MetaSchedule baseline covers plain GEMM chains only"
     with tempfile.TemporaryDirectory() as d:
-        so = os.path.join(d, "ms.so")
         t = time.perf_counter()
         # its own session: on timeout the whole group (MetaSchedule's builder/runner workers too) is ended
         p = subprocess.Popen([sys.executable, "-c", _MS_SCRIPT,
-                              json.dumps([spec.batch, spec.M, spec.N, spec.K, spec.L]), str(trials), so,
-                              json.dumps([pkg, root])], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
+                              json.dumps([spec.batch, spec.M, spec.N, spec.K, spec.L]), str(trials), d,
+                              json.dumps([pkg, root]), str(per_iter), strategy], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, err = p.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -264,11 +345,13 @@ def metaschedule_unfused(spec: GemmChain, trials: int, timeout_s: float = 600):
 
             os.killpg(p.pid, signal.SIGKILL)
             p.communicate()
-            return None, time.perf_counter() - t, f"timed out after {timeout_s:.0f} s"
-        if p.returncode != 0 or not os.path.exists(so):
-            return None, time.perf_counter() - t, f"failed: {err[-500:]}"
-        info = json.loads(out.strip().splitlines()[-1])
-        return tvm.runtime.load_module(so), info["tune_s"], "ok"
+            return None, time.perf_counter() - t, f"timed out after {timeout_s:.0f} s ({trials} trials per GEMM)"
+        lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
+        if p.returncode != 0 or not lines or "search" not in lines[-1]:
+            why = lines[-1].get("error") if lines and "error" in lines[-1] else err[-500:]
+            return None, time.perf_counter() - t, f"failed: {why}"
+        mods = [tvm.runtime.load_module(os.path.join(d, n + ".so")) for n in ("gemm1", "gemm2")]
+        return MetaScheduleChain(*mods, spec), lines[-1]["tune_s"], "ok"
 
 
 # --- the run --------------------------------------------------------------------------------------------------------
@@ -286,6 +369,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     from .planner import predict_fusion_gain
 
     t_start = time.perf_counter()
+    load_start = os.getloadavg()  # the machine is shared: the load says how far wall-clock ratios can be trusted
     from .hw import measured_peak_flops
 
     cached_peak = (measured_peak_flops() or 0.0) / 1e9  # the best this machine did in earlier measurements
@@ -305,6 +389,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         log(f"OpenBLAS (own process, pinning variables unset): {server.info}")
     ms_cfg = ms_config or METASCHEDULE[scale]
     rows = []
+    ms_runs: list[dict] = []
     for it in items:
         spec = it["spec"]
         name = it["name"]
@@ -325,12 +410,15 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             variants["openblas"] = server.variant(name, spec)
         ms_tune_s = ms_note = None
         if metaschedule and name in ms_cfg["shapes"] and isinstance(spec, GemmChain):
-            rt, ms_tune_s, ms_note = metaschedule_unfused(spec, ms_cfg["trials"], ms_cfg["timeout_s"])
-            log(f"  {name}: MetaSchedule ({ms_cfg['trials']} trials) {ms_note}, {ms_tune_s:.0f} s")
+            rt, ms_tune_s, ms_note = metaschedule_unfused(spec, ms_cfg["trials"], ms_cfg["timeout_s"],
+                                                          ms_cfg.get("per_iter", 4),
+                                                          ms_cfg.get("search", "replay-trace"))
+            log(f"  {name}: MetaSchedule ({ms_cfg['trials']} trials per GEMM) {ms_note}, {ms_tune_s:.0f} s")
+            ms_runs.append({"name": name, "status": ms_note, "tune_s": ms_tune_s})
             if rt is not None:
-                E = torch.empty(spec.shapes()["E"])
-                variants["metaschedule"] = lambda rt=rt, E=E: rt["main"](*ins, E)
-        ms_ = time_interleaved(variants, repeat, budget)
+                variants["metaschedule"] = lambda rt=rt: rt(*ins)
+        cpu_ms: dict[str, float] = {}
+        ms_ = time_interleaved(variants, repeat, budget, cpu_out=cpu_ms)
         if "openblas" in variants:
             variants["openblas"].done()
         flops = spec.flops
@@ -346,10 +434,16 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         row["speedup"] = {k: v / o for k, v in row["ms"].items() if k != "ours"}
         row["gflops"] = {k: flops / (v * 1e-3) / 1e9 for k, v in row["ms"].items()}
         row["peak_fraction"] = {k: g / peak_gflops for k, g in row["gflops"].items()}
+        # per CPU second (robust to other processes' load): ratios, and GFLOP per CPU-second against one core's peak
+        row["cpu_ms"] = cpu_ms
+        oc = cpu_ms.get("ours")
+        row["speedup_cpu"] = {k: v / oc for k, v in cpu_ms.items() if k != "ours" and oc}
+        row["gflops_per_cpu_s"] = {k: flops / (v * 1e-3) / 1e9 for k, v in cpu_ms.items() if v > 0}
         row["server_prediction"] = predict_fusion_gain(spec, server_device())
         rows.append(row)
         log(f"{name:22s} {it['suite']:12s} ours {o:9.3f} ms ({row['peak_fraction']['ours']:.0%} of peak)  " +
-            "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup"].items()) + f"  err {err:.1e}")
+            "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup"].items()) + f"  err {err:.1e}  | per CPU-s: " +
+            "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup_cpu"].items()))
     ref_rows = [r for r in rows if r["suite"] == "reference"]
     mem_rows = [r for r in rows if r["suite"] == "memory_bound"]
 
@@ -363,19 +457,28 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         "openblas": server.info if server is not None else None,
         "openblas_note": "numpy in a child process without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, timed interleaved "
                          "with the other variants; softmax there is numpy's",
-        "metaschedule": {"trials_per_shape": ms_cfg["trials"], "shapes": ms_cfg["shapes"],
-                         "note": "MetaSchedule tunes the two GEMMs of each chain without fusing them; subset only"},
+        "metaschedule": {"trials_per_shape": ms_cfg["trials"], "trials_per_gemm": ms_cfg["trials"],
+                         "num_trials_per_iter": ms_cfg.get("per_iter", 4), "timeout_s": ms_cfg["timeout_s"],
+                         "search": ms_cfg.get("search", "replay-trace"),
+                         "shapes": ms_cfg["shapes"], "runs": ms_runs,
+                         "note": "ms.tune_tir on each GEMM of the chain separately (no fusion, intermediate in "
+                                 "memory), 1 build + 1 run worker; timed as gemm1 then gemm2; subset only"},
         "shapes": rows,
         "reference_geomean_vs_torch": geomean(sp(ref_rows, "torch")),
         "reference_min_vs_torch": min(sp(ref_rows, "torch"), default=None),
         "reference_geomean_vs_openblas": geomean(sp(ref_rows, "openblas")),
         "reference_min_vs_openblas": min(sp(ref_rows, "openblas"), default=None),
+        "reference_geomean_vs_openblas_cpu": geomean([r["speedup_cpu"].get("openblas") for r in ref_rows]),
+        "reference_geomean_vs_torch_cpu": geomean([r["speedup_cpu"].get("torch") for r in ref_rows]),
         "reference_peak_fraction": geomean([r["peak_fraction"]["ours"] for r in ref_rows]),
         "reference_gemm_geomean_vs_torch": geomean(sp([r for r in ref_rows if r["kind"] == "gemm"], "torch")),
         "conv_geomean_vs_torch": geomean(sp([r for r in ref_rows if r["kind"] == "conv"], "torch")),
         "memory_bound_geomean_vs_torch": geomean(sp(mem_rows, "torch")),
         "attention_vs_sdpa": geomean(sp(mem_rows, "sdpa")),
         "geomean_vs_metaschedule": geomean(sp(rows, "metaschedule")),
+        "geomean_vs_metaschedule_why_none": (None if sp(rows, "metaschedule") else
+                                             "; ".join(f"{r['name']}: {r['status']} ({r['tune_s']:.0f} s)"
+                                                       for r in ms_runs) or "MetaSchedule not run"),
         "geomean_fused_vs_unfused_same_microkernel": geomean(sp(rows, "tvm_unfused")),
         "model_pick_vs_best_measured": {
             "geomean": geomean([r["model_pick_vs_best_measured"] for r in rows]),
@@ -388,6 +491,8 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             "no_gain": [r["name"] for r in rows if r["server_prediction"]["predicted_gain"] <= 1.1],
             "per_shape": {r["name"]: r["server_prediction"] for r in rows}},
         "seconds": time.perf_counter() - t_start,
+        "load_avg_start": list(load_start),
+        "load_avg_end": list(os.getloadavg()),
     }
     # the peak again at the end: on a shared machine the best of the two is the closer to the real limit
     peak2 = measure_fma_peak(save=True)
@@ -397,7 +502,12 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     result["fma_peak_gflops"] = best
     for r in rows:
         r["peak_fraction"] = {k: g / best for k, g in r["gflops"].items()}
+        r["peak_fraction_cpu"] = {k: g / (best / threads) for k, g in r["gflops_per_cpu_s"].items()}
     result["reference_peak_fraction"] = geomean([r["peak_fraction"]["ours"] for r in ref_rows])
+    result["reference_peak_fraction_cpu"] = geomean([r["peak_fraction_cpu"].get("ours") for r in ref_rows])
+    result["cpu_time_note"] = ("*_cpu keys: the same runs measured in CPU time (all threads of the process, spin-waits "
+                               "included; OpenBLAS's in its own process): robust to the other processes on a shared "
+                               "machine; peak_fraction_cpu = GFLOP per CPU-second / (FMA peak / threads)")
     if server is not None:
         server.close()
     atomic_write_text(out, json.dumps(result, indent=1, default=str))
@@ -421,16 +531,22 @@ def summary_table(res: dict) -> str:
     lines.append(f"  reference: geomean ×{f(res['reference_geomean_vs_torch'])} vs torch (min ×"
                  f"{f(res['reference_min_vs_torch'])}), ×{f(res['reference_geomean_vs_openblas'])} vs OpenBLAS, "
                  f"{f(res['reference_peak_fraction'], '{:.0%}')} of FMA peak; conv ×{f(res['conv_geomean_vs_torch'])}")
+    lines.append(f"  per CPU second (robust to load): reference ×{f(res.get('reference_geomean_vs_torch_cpu'))} vs "
+                 f"torch, ×{f(res.get('reference_geomean_vs_openblas_cpu'))} vs OpenBLAS, "
+                 f"{f(res.get('reference_peak_fraction_cpu'), '{:.0%}')} of the per-core FMA peak")
     lines.append(f"  memory bound: ×{f(res['memory_bound_geomean_vs_torch'])} vs torch; attention ×"
                  f"{f(res['attention_vs_sdpa'])} vs SDPA")
     lines.append(f"  ×{f(res['geomean_vs_metaschedule'])} vs MetaSchedule ({res['metaschedule']['trials_per_shape']} "
-                 f"trials, {len(res['metaschedule']['shapes'])} shapes); fused vs unfused (same micro kernel) ×"
+                 f"trials per GEMM, {len(res['metaschedule']['shapes'])} shapes"
+                 + (f"; {res['geomean_vs_metaschedule_why_none']}" if res.get('geomean_vs_metaschedule_why_none')
+                    else "") + f"); fused vs unfused (same micro kernel) ×"
                  f"{f(res['geomean_fused_vs_unfused_same_microkernel'])}")
     mp = res["model_pick_vs_best_measured"]
     lines.append(f"  model's first pick vs best of top K: geomean {f(mp['geomean'], '{:.3f}')}, max "
                  f"{f(mp['max'], '{:.3f}')}, within 10% on {mp['within_10_percent']}/{mp['shapes']}")
     lines.append(f"  server64 predictions, fusion gains on: {', '.join(res['server_predictions']['gains_from_fusion']) or '-'}")
-    lines.append(f"  total {res['seconds']:.0f} s")
+    lines.append(f"  total {res['seconds']:.0f} s; load average (1/5/15 min) at start {res.get('load_avg_start')}, "
+                 f"at end {res.get('load_avg_end')}")
     return "\n".join(lines)
 
 
@@ -443,15 +559,27 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", help="shape names or suites to run")
     ap.add_argument("--no-metaschedule", action="store_true")
     ap.add_argument("--ms-trials", type=int, default=None, help="MetaSchedule trial budget per shape")
+    ap.add_argument("--ms-per-iter", type=int, default=None, help="MetaSchedule candidates per search round")
+    ap.add_argument("--ms-search", choices=["replay-trace", "evolutionary"], default=None,
+                    help="MetaSchedule search strategy")
     ap.add_argument("--ms-timeout", type=float, default=None, help="seconds before MetaSchedule is given up")
     ap.add_argument("--ms-shapes", nargs="*", default=None, help="shapes MetaSchedule tunes (a subset)")
     ap.add_argument("--no-openblas", action="store_true")
     a = ap.parse_args(argv)
+    # torch's OpenMP threads spin after each torch call (libgomp's default wait policy); interleaved with TVM's
+    # kernels they then take the cores from TVM's threads (measured: our kernels 2-5x slower right after a torch
+    # variant). Passive waiting, set before torch loads, in this benchmark process only.
+    if "torch" not in sys.modules:
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ms = dict(METASCHEDULE[a.scale])
     if a.ms_trials:
         ms["trials"] = a.ms_trials
     if a.ms_timeout:
         ms["timeout_s"] = a.ms_timeout
+    if a.ms_per_iter:
+        ms["per_iter"] = a.ms_per_iter
+    if a.ms_search:
+        ms["search"] = a.ms_search
     if a.ms_shapes is not None:
         ms["shapes"] = a.ms_shapes
     run(a.scale, a.top_k, a.repeat, a.out, a.only, not a.no_metaschedule, not a.no_openblas, ms_config=ms)

@@ -106,10 +106,10 @@ def _plot(rows: list[dict], suite: str, path: str) -> None:
     ax.set_title(f"chain_fuser: {suite}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    tmp = path + ".tmp.png"
-    fig.savefig(tmp, dpi=120)
+    from shared_ir import atomic_savefig
+
+    atomic_savefig(fig, path, dpi=120)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def gemm_chains(hardware: dict | None = None, workload: dict | None = None, out_dir: str = ".", **params) -> dict:

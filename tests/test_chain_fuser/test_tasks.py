@@ -49,3 +49,36 @@ def test_bench_smoke(tmp_path):
                 "geomean_fused_vs_unfused_same_microkernel", "model_pick_vs_best_measured", "server_predictions"):
         assert key in data
     assert res["shapes"][0]["ms"]["ours"] > 0
+    # CPU-time figures next to the wall-clock ones, and the load the run saw
+    assert res["shapes"][0]["cpu_ms"]["ours"] > 0 and "openblas" in res["shapes"][0]["speedup_cpu"]
+    assert len(data["load_avg_start"]) == 3 and data["reference_peak_fraction_cpu"] > 0
+
+
+def test_metaschedule_baseline_skips_what_it_does_not_cover():
+    from chain_fuser.bench import metaschedule_unfused
+    from chain_fuser.spec import GemmChain
+
+    rt, secs, note = metaschedule_unfused(GemmChain(1, 16, 16, 16, 16, glue="softmax", bt=True), trials=1)
+    assert rt is None and secs == 0.0 and "plain GEMM chains only" in note
+
+
+def test_metaschedule_timeout_is_reported_not_raised():
+    from chain_fuser.bench import metaschedule_unfused
+    from chain_fuser.spec import GemmChain
+
+    # a wall clock far too short for MetaSchedule to start: the note says so, with the time spent
+    rt, secs, note = metaschedule_unfused(GemmChain(1, 32, 16, 16, 32), trials=2, timeout_s=0.5)
+    assert rt is None and "timed out" in note and secs >= 0.5
+
+
+@pytest.mark.slow
+def test_metaschedule_unfused_matches_torch():
+    import torch
+    from chain_fuser.bench import metaschedule_unfused
+    from chain_fuser.spec import GemmChain
+
+    spec = GemmChain(2, 64, 32, 32, 64)
+    rt, secs, note = metaschedule_unfused(spec, trials=2, timeout_s=400, per_iter=2)
+    assert note == "ok" and rt is not None and secs > 0
+    A, B, D = torch.randn(2, 64, 32), torch.randn(2, 32, 64), torch.randn(2, 64, 32)
+    torch.testing.assert_close(rt(A, B, D), (A @ B) @ D, rtol=1e-4, atol=1e-4)

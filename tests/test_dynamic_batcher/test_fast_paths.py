@@ -2,7 +2,6 @@
 import random
 
 import pytest
-
 from dynamic_batcher import Batcher
 from dynamic_batcher.executor import ExecPlan, _resolve_python
 from dynamic_batcher.policies import check_schedule, make_policy
@@ -98,13 +97,14 @@ def test_pq_splits_batches_that_repeat_an_argument():
     """LatticeGRU's merge cell batches the U-linears of [h, h, hw]: the PQ plan runs [h, h] (broadcast) and [hw]
     (view) as two kernels with no copy, the DyNet layout gathers; both compute the same values."""
     import torch
-
     from dynamic_batcher.executor import BlockPlan, ExecStats
 
     wl = make_workload("lattice_gru", hidden=8)
     blk = next(b for b in wl.model.blocks.values() if b.name == "merge")
     pq, dy = BlockPlan(blk, "pq"), BlockPlan(blk, "dynet")
-    kinds = lambda bp: [a[0] for st in bp.steps for a in st[2]] + [st[3][0] for st in bp.steps]
+    def kinds(bp):
+        return [a[0] for st in bp.steps for a in st[2]] + [st[3][0] for st in bp.steps]
+
     assert "gather" not in kinds(pq) and "scatter" not in kinds(pq)
     assert "gather" in kinds(dy)
     assert len(pq.batches) == len(dy.batches) + 1
