@@ -289,8 +289,9 @@ class ExecPlan:
         lens = flat = lba = lra = None
         if not reorder:
             # batch and row of every node, vectorised (a Python loop here costs ~0.2 µs per node per minibatch)
-            import numpy as np
             from itertools import chain
+
+            import numpy as np
 
             lens = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
             flat = np.fromiter(chain.from_iterable(batches), dtype=np.int64, count=int(lens.sum()))
@@ -365,8 +366,9 @@ def _resolve_vectorized(g: DynGraph, batches: list[list[int]], lens: Any, flat: 
     argument slots; a group is a view when its location keys are consecutive, a broadcast when all equal, else a
     gather of its runs. Python then only touches groups and runs, not nodes (the per-node loop was most of the
     planning time)."""
-    import numpy as np
     from itertools import chain
+
+    import numpy as np
 
     n = g.n
     args, shapes = g.args, g.shapes

@@ -12,7 +12,6 @@ import numpy as np
 from .errors import BatcherError, CycleError
 from .ir import UNBATCHABLE_KINDS
 
-
 _TYPE_KEYS: dict[tuple, str] = {}  # signature -> text key, shared by every minibatch (formatting is per flush)
 
 
