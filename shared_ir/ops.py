@@ -7,7 +7,7 @@ GEMMs ``b0.. m n k``; convs ``b g k p q c r s``; elementwise-like ops ``d0 d1 ..
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from .affine import AffineExpr, IndirectIndex
 from .dtypes import DType
@@ -340,3 +340,19 @@ def upsample_nearest_op(name: str, x: Tensor, out: Tensor) -> Op:
             oidx.append(A(d[i]))
     return Op(name, OpKind.view, tuple(dims), (Access(x, tuple(A(v) for v in d)),), (Access(out, tuple(oidx)),),
               {"fn": "upsample_nearest", "scale": tuple(factors)}, 0)
+
+
+def lstm_cell_tail(p: str, gi: Tensor, gf: Tensor, gg: Tensor, go: Tensor, c: Tensor,
+                   add: "Callable[[Op], Tensor]") -> tuple[Tensor, Tensor]:
+    """The elementwise half of an LSTM cell, shared by both frontends' unrolling: from the gate pre-activations
+    (input, forget, cell, output) and the previous cell state to the new (c, h). ``add`` registers an op and returns
+    its output tensor."""
+    si = add(unary(f"{p}.si", gi, "sigmoid", f"{p}.si", 4))
+    sf = add(unary(f"{p}.sf", gf, "sigmoid", f"{p}.sf", 4))
+    tg = add(unary(f"{p}.tg", gg, "tanh", f"{p}.tg", 4))
+    so = add(unary(f"{p}.so", go, "sigmoid", f"{p}.so", 4))
+    fc = add(binary(f"{p}.fc", sf, c, "mul", f"{p}.fc"))
+    ig = add(binary(f"{p}.ig", si, tg, "mul", f"{p}.ig"))
+    c = add(binary(f"{p}.c", fc, ig, "add", f"{p}.c"))
+    tc = add(unary(f"{p}.tc", c, "tanh", f"{p}.tc", 4))
+    return c, add(binary(f"{p}.h", so, tc, "mul", f"{p}.h"))

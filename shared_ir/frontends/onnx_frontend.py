@@ -587,15 +587,7 @@ class _Translator:
             g = self.add(O.binary(f"{p}.gates", gx, gh, "add", f"{p}.gates"))
             gi, go, gf, gc = (self.add(slice_op(f"{p}.g{k}", g, Tensor(f"{p}.g{k}", (1, B, H), g.dtype), -1, j * H))
                               for j, k in enumerate("iofc"))
-            si = self.add(O.unary(f"{p}.si", gi, "sigmoid", f"{p}.si", 4))
-            so = self.add(O.unary(f"{p}.so", go, "sigmoid", f"{p}.so", 4))
-            sf = self.add(O.unary(f"{p}.sf", gf, "sigmoid", f"{p}.sf", 4))
-            tg = self.add(O.unary(f"{p}.tg", gc, "tanh", f"{p}.tg", 4))
-            fc = self.add(O.binary(f"{p}.fc", sf, c, "mul", f"{p}.fc"))
-            ig = self.add(O.binary(f"{p}.ig", si, tg, "mul", f"{p}.ig"))
-            c = self.add(O.binary(f"{p}.c", fc, ig, "add", f"{p}.c"))
-            tc = self.add(O.unary(f"{p}.tc", c, "tanh", f"{p}.tc", 4))
-            h = self.add(O.binary(f"{p}.h", so, tc, "mul", f"{p}.h"))
+            c, h = O.lstm_cell_tail(p, gi, gf, gc, go, c, self.add)  # ONNX gate order is i, o, f, c
             hs.append(h)
         outs = list(node.output) + [""] * (3 - len(node.output))
         if outs[0]:
