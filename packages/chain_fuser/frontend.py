@@ -296,18 +296,22 @@ def _mm_args(node):
     return node.args[0], node.args[1]
 
 
+def _module_args(gm, node, cls):
+    """(input, weight, bias) fx nodes of a call to a Linear/Conv2d submodule (bias None when the module has none)."""
+    m = gm.get_submodule(node.target)
+    if not isinstance(m, cls):
+        raise UnsupportedChainError(node.name, f"module {type(m).__name__} is not a {cls.__name__}")
+    with gm.graph.inserting_before(node):
+        w = gm.graph.get_attr(f"{node.target}.weight")
+        b = gm.graph.get_attr(f"{node.target}.bias") if m.bias is not None else None
+    return node.args[0], w, b
+
+
 def _linear_args(gm, node):
     import torch
 
-    graph = gm.graph
     if node.op == "call_module":
-        m = gm.get_submodule(node.target)
-        if not isinstance(m, torch.nn.Linear):
-            raise UnsupportedChainError(node.name, f"module {type(m).__name__} is not a Linear")
-        with graph.inserting_before(node):
-            w = graph.get_attr(f"{node.target}.weight")
-            b = graph.get_attr(f"{node.target}.bias") if m.bias is not None else None
-        return node.args[0], w, b
+        return _module_args(gm, node, torch.nn.Linear)
     if node.op == "call_function" and node.target is torch.nn.functional.linear:
         args = list(node.args) + [None] * 2
         return args[0], node.kwargs.get("weight", args[1]), node.kwargs.get("bias", args[2])
@@ -317,15 +321,8 @@ def _linear_args(gm, node):
 def _conv_args(gm, node):
     import torch
 
-    graph = gm.graph
     if node.op == "call_module":
-        m = gm.get_submodule(node.target)
-        if not isinstance(m, torch.nn.Conv2d):
-            raise UnsupportedChainError(node.name, f"module {type(m).__name__} is not a Conv2d")
-        with graph.inserting_before(node):
-            w = graph.get_attr(f"{node.target}.weight")
-            b = graph.get_attr(f"{node.target}.bias") if m.bias is not None else None
-        return node.args[0], w, b
+        return _module_args(gm, node, torch.nn.Conv2d)
     if node.op == "call_function" and node.target is torch.nn.functional.conv2d:
         args = list(node.args) + [None] * 3
         return args[0], args[1], node.kwargs.get("bias", args[2])

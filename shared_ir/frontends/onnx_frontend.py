@@ -602,13 +602,7 @@ class _Translator:
         x, w = self.T(node.input[0]), self.T(node.input[1])
         if len(x.shape) != 4:
             raise _Unsupported(f"Conv on a rank-{len(x.shape)} input (only 2-D convolutions)")
-        ap = a.get("auto_pad", b"NOTSET")
-        ap = ap.decode() if isinstance(ap, bytes) else ap
-        if ap not in ("NOTSET", "VALID"):
-            raise _Unsupported(f"auto_pad={ap}")
-        pads = list(a.get("pads", [0, 0, 0, 0])) if ap == "NOTSET" else [0, 0, 0, 0]
-        if pads[0] != pads[2] or pads[1] != pads[3]:
-            raise _Unsupported(f"asymmetric pads {pads}")
+        pads = _symmetric_pads(a)
         b = self.T(node.input[2]) if len(node.input) > 2 and node.input[2] else None
         self.add(O.conv2d(name, x, w, node.output[0], b, stride=tuple(a.get("strides", [1, 1])),
                           padding=(pads[0], pads[1]), dilation=tuple(a.get("dilations", [1, 1])),
@@ -618,13 +612,7 @@ class _Translator:
         x = self.T(node.input[0])
         if len(x.shape) != 4:
             raise _Unsupported(f"pool on rank {len(x.shape)}")
-        ap = a.get("auto_pad", b"NOTSET")
-        ap = ap.decode() if isinstance(ap, bytes) else ap
-        if ap not in ("NOTSET", "VALID"):
-            raise _Unsupported(f"auto_pad={ap}")
-        pads = list(a.get("pads", [0, 0, 0, 0])) if ap == "NOTSET" else [0, 0, 0, 0]
-        if pads[0] != pads[2] or pads[1] != pads[3]:
-            raise _Unsupported(f"asymmetric pads {pads}")
+        pads = _symmetric_pads(a)
         k = tuple(a["kernel_shape"])
         st, dil = tuple(a.get("strides", [1, 1])), tuple(a.get("dilations", [1, 1]))
         shape = list(x.shape)
@@ -720,3 +708,16 @@ def _np_dtype(d: Any) -> DType:
 
 
 __all__ = ["from_onnx"]
+
+
+def _symmetric_pads(a) -> list[int]:
+    """ONNX ``auto_pad``/``pads`` of a 2-D window op as [top, left, bottom, right]; only explicit symmetric padding
+    (or VALID) maps onto the IR's affine window index."""
+    ap = a.get("auto_pad", b"NOTSET")
+    ap = ap.decode() if isinstance(ap, bytes) else ap
+    if ap not in ("NOTSET", "VALID"):
+        raise _Unsupported(f"auto_pad={ap}")
+    pads = list(a.get("pads", [0, 0, 0, 0])) if ap == "NOTSET" else [0, 0, 0, 0]
+    if pads[0] != pads[2] or pads[1] != pads[3]:
+        raise _Unsupported(f"asymmetric pads {pads}")
+    return pads
