@@ -42,6 +42,8 @@ GROUPS = PACKAGES + EXTRA_GROUPS
 SCALES = ("small", "full")
 DEFAULT_TIMEOUT_S = 3600.0
 LOG_TAIL_CHARS = 4000
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TVM_NUM_THREADS")
+"""Environment variables that cap the math libraries' thread pools (torch/OpenMP, MKL, OpenBLAS, TVM)."""
 
 
 class ReproduceError(ValueError):
@@ -229,13 +231,18 @@ class Runner:
         self._lock = threading.Lock()
         self.interrupted = False
 
-    def _env(self, run_id: str) -> dict:
+    def _env(self, run_id: str, threads: Optional[int] = None) -> dict:
         e = dict(os.environ)
         e.pop("HYDRA_FULL_ERROR", None)
         e.update({st.ENV_DB: str(self.store.path.resolve()), st.ENV_SWEEP: self.sweep_id, st.ENV_RUN_ID: run_id})
         # importable without installation (the root conftest does the same for tests)
         e["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), str(REPO / "packages"), e.get("PYTHONPATH", ""))
                                           if p)
+        if threads is not None:
+            # jobs that run side by side share the cores: without a cap each would start one thread per core
+            # and they would thrash each other (benchmarks run alone and keep every core)
+            for var in THREAD_VARS:
+                e.setdefault(var, str(threads))
         e.update(self.extra_env)
         return e
 
@@ -258,7 +265,8 @@ class Runner:
             except Exception:  # noqa: BLE001 - best effort while shutting down; the row stays 'running'
                 pass
 
-    def run(self, job: Job) -> JobResult:
+    def run(self, job: Job, threads: Optional[int] = None) -> JobResult:
+        """Run one job; ``threads`` caps its math-library threads (jobs running side by side)."""
         run_dir = job.run_dir(self.runs_root)
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in ("summary.json", "error.json"):  # from an earlier attempt: must not pass for this one's
@@ -279,7 +287,7 @@ class Runner:
             with open(run_dir / "stdout.log", "wb") as out, open(run_dir / "stderr.log", "wb") as err:
                 try:
                     # own session: a timeout or Ctrl-C kills the job's whole process tree (joblib workers too)
-                    p = subprocess.Popen(job.argv(run_dir, self.python), cwd=self.cwd, env=self._env(run_id),
+                    p = subprocess.Popen(job.argv(run_dir, self.python), cwd=self.cwd, env=self._env(run_id, threads),
                                          stdout=out, stderr=err, stdin=subprocess.DEVNULL, start_new_session=True)
                 except OSError as e:
                     p, error = None, f"could not start: {e}"
@@ -379,12 +387,12 @@ def run_jobs(jobs: Sequence[Job], store: st.ResultsStore, sweep_id: str, runs_ro
         running: set[str] = set()
         lock = threading.Lock()
 
-        def one(job: Job) -> JobResult:
+        def one(job: Job, width: int) -> JobResult:
             with lock:
                 running.add(job.name)
                 prog.update(bar, current=", ".join(sorted(running))[:60])
             try:
-                return runner.run(job)
+                return runner.run(job, threads=max(1, (os.cpu_count() or 1) // width) if width > 1 else None)
             finally:
                 with lock:
                     running.discard(job.name)
@@ -394,9 +402,9 @@ def run_jobs(jobs: Sequence[Job], store: st.ResultsStore, sweep_id: str, runs_ro
             for phase, width in ((phases[0], n_jobs), (phases[1], 1)):
                 if not phase:
                     continue
-                par = Parallel(n_jobs=min(width, len(phase)), backend="threading",
-                               return_as="generator_unordered")
-                for r in par(delayed(one)(j) for j in phase):
+                width = min(width, len(phase))
+                par = Parallel(n_jobs=width, backend="threading", return_as="generator_unordered")
+                for r in par(delayed(one)(j, width) for j in phase):
                     results.append(r)
                     prog.advance(bar)
                     if r.status == "done":
