@@ -5,16 +5,22 @@ the same seed and the same search time budget (searching algorithms stop at the 
 where the next one would pass it; constructive heuristics run to completion). Ratios are baseline latency / COMB latency
 (geometric means over the cases) and energy reductions 1 − geomean(COMB energy / baseline energy).
 
-Scales: ``small`` (default, ≈ 8 min on 2 cores): mixes vision1, nlp1, mixed1 at the reference's two
-copies per model, on soc_small and soc_large at 0.8 and 3.2 GB/s, a 6 s budget; the exact optimum of three
+Scales: ``small`` (default, ≈ 4 min on 2 idle cores): mixes vision1, nlp1, mixed1 at the reference's two
+copies per model, on soc_small and soc_large at 0.8 and 3.2 GB/s, a 3.0 s budget; the exact optimum of three
 ≤ 15-layer instances on soc_small; and one timed COMB search of mixed3 (×8 copies, ~4,400 layers) on
-soc_large. ``full``: the six mixes of the reference at their own copy counts, 55 s budget, same extras.
+soc_large. ``full``: the seven mixes of the reference at their own copy counts (up to ~4,400 layers), 20 s budget,
+same extras: ≈ 40 min on 2 cores, so every finished case is saved to ``<out>.partial.json`` (atomically) and
+``--resume`` continues an interrupted run from there (the file must match scale, seed, budget and copies).
+
+Per case and algorithm the JSON also says where the energy goes (:func:`soc_mapper.simulator.energy_breakdown`:
+static / MAC / buffer power of the highest-power task per phase, active and idle time, bytes over the mesh).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
 import time
 
 from shared_ir import atomic_write_text
@@ -30,9 +36,12 @@ CONSTRUCTIVE = ["h2h_wave_greedy", "heft", "greedy", "fcfs", "round_robin"]
 SCALES = {
     # the reference's copy counts (×2): spatial sharing pays in multi-tenant mixes, and one copy per model
     # under-represents them; the decoder is fast enough since the usage profiles (soc_mapper.profile)
-    "small": dict(mixes=["vision1", "nlp1", "mixed1"], copies=None, budget=6.0, mixed3_budget=40.0),
-    "full": dict(mixes=["vision1", "vision2", "nlp1", "mixed1", "mixed2", "mixed3"], copies=None, budget=55.0,
-                 mixed3_budget=40.0),
+    "small": dict(mixes=["vision1", "nlp1", "mixed1"], copies=None, budget=3.0, mixed3_budget=40.0,
+                  reduced="3 of the 7 mixes (vision1, nlp1, mixed1 at the reference's x2 copies); 3.0 s search "
+                          "budget per algorithm (COMB evaluates little more than its seeded initial population); "
+                          "full: all 7 mixes, 20 s"),
+    "full": dict(mixes=["vision1", "vision2", "nlp1", "nlp2", "mixed1", "mixed2", "mixed3"], copies=None,
+                 budget=20.0, mixed3_budget=40.0, reduced="nothing (the reference's mixes and copy counts)"),
 }
 BANDWIDTHS = {"low": 0.8e9, "high": 3.2e9}
 # small exact instances: (mix to take layers from, {model: number of leading layers}) on soc_small
@@ -57,15 +66,30 @@ def small_instance(w: Workload, take: dict[str, int]) -> Workload:
 
 
 def run_case(w: Workload, soc_name: str, bw: float, rc: RunConfig, algorithms: list[str]) -> dict:
+    from .simulator import energy_breakdown
+
     soc = soc_from_system(soc_name, bw)
     cost = cost_table(w, soc)
     out = {}
     for name in algorithms:
         r = ALGORITHMS[name](w, soc, cost, rc)
+        eb = energy_breakdown(r.plan, r.result, w, soc, cost)
         out[name] = {"latency_s": r.result.latency, "energy_j": r.result.energy,
                      "pe_occupancy": r.result.occupancy, "search_s": round(r.search_seconds, 3),
-                     "generations": r.generations}
+                     "generations": r.generations, "energy_breakdown": eb}
     return out
+
+
+def _load_progress(path: str, key: dict) -> list[dict]:
+    """Cases finished by an interrupted run with the same settings (``--resume``)."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        state = json.load(f)
+    if state.get("key") != key:
+        raise SystemExit(f"{path} was written with other settings {state.get('key')} (now {key}); "
+                         f"delete it or run without --resume")
+    return state["cases"]
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -77,26 +101,45 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", default="results/bench-soc_mapper.json")
     ap.add_argument("--no-exact", action="store_true", help="skip the exact small instances")
     ap.add_argument("--no-mixed3", action="store_true", help="skip the timed mixed3 search")
+    ap.add_argument("--mixes", default=None, help="comma-separated mixes (overrides the scale's)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue from <out>.partial.json (cases finished by an interrupted run)")
     args = ap.parse_args(argv)
     sc = dict(SCALES[args.scale])
     if args.copies is not None:
         sc["copies"] = args.copies
+    if args.mixes:
+        sc["mixes"] = [m.strip() for m in args.mixes.split(",") if m.strip()]
+        sc["reduced"] = f"mixes chosen on the command line: {sc['mixes']}"
     budget = args.budget or sc["budget"]
     # serial fitness evaluation for every algorithm: the same compute for all (MAGMA's GA is serial too)
     rc = RunConfig(time_budget_s=budget, seed=args.seed, ga=GAConfig(executor="serial"))
     t_all = time.perf_counter()
+    progress = args.out + ".partial.json"
+    key = {"scale": args.scale, "seed": args.seed, "budget": budget, "copies": sc["copies"]}
+    done = _load_progress(progress, key) if args.resume else []
     cases = []
     print(f"soc_mapper bench, scale={args.scale}, budget={budget:g} s per searching algorithm, seed={args.seed}")
     hdr = f"{'mix':8} {'soc':9} {'bw':>4} {'layers':>6} " + " ".join(f"{a[:12]:>12}" for a in SEARCHING + CONSTRUCTIVE)
     print(hdr)
     for mix in sc["mixes"]:
-        w = load_mix(mix, copies=sc["copies"])
+        w = None
         copies = mix_models(mix, sc["copies"])[0][2]
         for soc_name in ("soc_small", "soc_large"):
             for bw_name, bw in BANDWIDTHS.items():
+                prev = [c for c in done if (c["mix"], c["soc"], c["bandwidth"]) == (mix, soc_name, bw_name)]
+                if prev:
+                    cases.append(prev[0])
+                    print(f"{mix:8} {soc_name:9} {bw_name:>4} (resumed from {progress})")
+                    continue
+                if w is None:
+                    w = load_mix(mix, copies=sc["copies"])
+                tc = time.perf_counter()
                 res = run_case(w, soc_name, bw, rc, SEARCHING + CONSTRUCTIVE)
                 cases.append({"mix": mix, "copies": copies, "soc": soc_name, "bandwidth": bw_name,
-                              "bandwidth_bytes_per_s": bw, "layers": len(w), "algorithms": res})
+                              "bandwidth_bytes_per_s": bw, "layers": len(w), "algorithms": res,
+                              "case_wall_s": round(time.perf_counter() - tc, 1)})
+                atomic_write_text(progress, json.dumps({"key": key, "cases": cases}, default=float))
                 print(f"{mix:8} {soc_name:9} {bw_name:>4} {len(w):6d} " + " ".join(
                     f"{res[a]['latency_s'] * 1e3:10.3f}ms" for a in SEARCHING + CONSTRUCTIVE), flush=True)
 
@@ -105,8 +148,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     out: dict = {
         "scale": args.scale, "seed": args.seed, "time_budget_s": budget,
-        "time_budget_note": "same wall-clock search budget for comb, magma, h2h and magma_1stream_comb_ga; "
-                            "fitness evaluated serially; constructive heuristics run to completion",
+        "time_budget_note": f"the same wall-clock search budget of {budget:g} s for each of comb, magma, h2h and "
+                            "magma_1stream_comb_ga (each stops at the generation/pass boundary where the next one "
+                            "would pass it); fitness evaluated serially; constructive heuristics run to completion",
+        "reduced_vs_reference": sc["reduced"],
+        "comb_config": {"energy_tie": GAConfig().energy_tie, "max_window": GAConfig().max_window,
+                        "population": GAConfig().population, "generations": GAConfig().generations},
         "cost_model": "soc_mapper.cost (MAESTRO-style analytical, int8)", "simulator": "soc_mapper.simulator",
         "cases": cases,
         "geomean_latency_vs_magma": geomean(ratio("magma", "latency_s")),
@@ -124,6 +171,15 @@ def main(argv: list[str] | None = None) -> dict:
         "geomean_pe_occupancy_vs_h2h": geomean([c["algorithms"]["comb"]["pe_occupancy"] /
                                                 c["algorithms"]["h2h"]["pe_occupancy"] for c in cases]),
     }
+    # where the energy goes, summed over the cases (phase model: the highest-power task of each phase is charged)
+    out["energy_breakdown_total"] = {
+        a: {k: sum(c["algorithms"][a]["energy_breakdown"][k] for c in cases)
+            for k in ("static_j", "mac_j", "buffer_j", "active_s", "idle_s", "mesh_bytes", "mesh_transfer_s")}
+        for a in ("comb", "h2h", "magma")}
+    for a, d in out["energy_breakdown_total"].items():
+        print(f"energy of {a:5} over all cases: static {d['static_j'] * 1e3:.2f} mJ, MAC {d['mac_j'] * 1e3:.2f} mJ, "
+              f"buffer {d['buffer_j'] * 1e3:.2f} mJ; active {d['active_s'] * 1e3:.2f} ms, idle {d['idle_s'] * 1e3:.2f}"
+              f" ms; {d['mesh_bytes'] / 1e6:.1f} MB over the mesh")
     if not args.no_exact:
         from .exact import solve_exact
 
@@ -162,6 +218,10 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"mixed3 on soc_large ({len(w)} layers): searched in {r.search_seconds:.1f} s "
               f"({r.generations} generations, {r.evaluations} evaluations), latency {r.result.latency * 1e3:.3f} ms")
     out["wall_s"] = round(time.perf_counter() - t_all, 1)
+    try:
+        out["load_average_1_5_15"] = list(os.getloadavg())
+    except OSError:
+        pass
     print(f"latency geomean: {out['geomean_latency_vs_magma']:.3f}x vs MAGMA (target 1.28), "
           f"{out['geomean_latency_vs_h2h']:.3f}x vs H2H (target 1.37), {out['geomean_latency_vs_heft']:.3f}x vs HEFT")
     print(f"energy reduction: {out['energy_reduction_vs_magma']:.1%} vs MAGMA (target 22.7%), "
@@ -171,6 +231,8 @@ def main(argv: list[str] | None = None) -> dict:
     if "optimality_gap_small" in out:
         print(f"worst COMB gap to the optimum on small instances: {out['optimality_gap_small']:.2%} (target ≤ 5%)")
     atomic_write_text(args.out, json.dumps(out, indent=1, default=float))
+    if os.path.exists(progress):
+        os.remove(progress)  # complete: the partial file is no longer needed
     print(f"wrote {args.out} ({out['wall_s']} s)")
     return out
 

@@ -4,8 +4,10 @@ Chromosome: a topological order of the layer DAG. Fitness: the judge's (simulato
 (or the decoder's own estimate with ``fitness='decoder'``). Selection: softmax of standardised −latency. Crossover:
 pool both parents' groups, keep the high-PE-occupancy ones that are disjoint and whose contraction leaves the DAG
 acyclic, freeze them as contiguous blocks and re-sort the rest randomly. Mutation: freeze the top 20% groups by
-occupancy of the individual and re-sort the rest randomly. The best individual always survives (elitism), and
-the population can be checkpointed after every generation and resumed.
+occupancy of the individual and re-sort the rest randomly. The best individual always survives (elitism; plans
+within ``GAConfig.energy_tie`` of the best latency count as tied and the one of least energy is kept), the initial
+population starts from priority-order seeds (:func:`seed_orders`), and the population can be checkpointed after
+every generation and resumed.
 """
 from __future__ import annotations
 
@@ -62,42 +64,53 @@ class CombContext:
     """Fitness = latency + energy_weight × energy / p_ref (see :attr:`GAConfig.energy_weight`)."""
     p_ref: float = 1.0
     """Highest accelerator power of the SoC, W: turns energy into seconds at full power."""
+    energy_tie: float = 0.0
+    """Relative fitness tolerance within which the lower-energy plan wins (see :attr:`GAConfig.energy_tie`)."""
 
 
 def _score(c: CombContext, res: Result) -> float:
     return res.latency + c.energy_weight * res.energy / c.p_ref if c.energy_weight else res.latency
 
 
-def comb_evaluate(c: CombContext, order: Sequence[int]) -> tuple[float, list[tuple[tuple[int, ...], float]]]:
-    """(fitness latency, [(group layers, occupancy)]) of one chromosome.
+def prefer(cands: Sequence, tol: float, key_fit=lambda x: x[0], key_energy=lambda x: x[1]):
+    """The candidate of least fitness, except that among those within ``tol`` (relative) of the least fitness the
+    one of least energy wins: latency ties (up to ``tol``) are broken by energy. ``tol`` = 0: least fitness, then
+    least energy."""
+    f0 = min(key_fit(c) for c in cands)
+    near = [c for c in cands if key_fit(c) <= f0 * (1.0 + tol)]
+    return min(near, key=lambda c: (key_energy(c), key_fit(c)))
+
+
+def comb_evaluate(c: CombContext, order: Sequence[int]
+                  ) -> tuple[float, list[tuple[tuple[int, ...], float]], float]:
+    """(fitness latency, [(group layers, occupancy)], energy) of one chromosome.
 
     Without barriers the decoder is run twice, with windows up to ``max_window`` and with single-layer windows
     (j = 1, the DP's degenerate chain), and the chromosome gets the better plan: grouping pays off when the SoC
     is contended and costs little time, but the DP's choice between window sizes is myopic on critical-path
-    bound mixes, where the j = 1 chain is better."""
-    best = None
+    bound mixes, where the j = 1 chain is better. Of the two, the plan of lower fitness wins unless the other is
+    within ``energy_tie`` of it and uses less energy (with ``fitness='decoder'`` energy is not known: inf)."""
+    cands = _decodes(c, order)
+    fit, energy, windows = prefer(cands, c.energy_tie)
+    return fit, [(g.layers, g.occupancy) for win in windows for g in win], energy
+
+
+def _decodes(c: CombContext, order: Sequence[int]) -> list[tuple[float, float, list]]:
+    out = []
     for dctx in ([c.dctx, c.dctx1] if c.dctx1 is not None else [c.dctx]):
         est, windows, _ = decode(order, dctx, c.barriers)
-        fit = est
+        fit, energy = est, math.inf
         if c.fitness == "simulator":
             plan = windows_to_plan(windows, dctx.L, c.max_streams, c.algorithm, c.barriers)
-            fit = _score(c, simulate(plan, c.w, c.soc, c.cost, validate=False))
-        if best is None or fit < best[0]:
-            best = (fit, windows, dctx.max_window)
-    fit, windows, _ = best
-    return fit, [(g.layers, g.occupancy) for win in windows for g in win]
+            res = simulate(plan, c.w, c.soc, c.cost, validate=False)
+            fit, energy = _score(c, res), res.energy
+        out.append((fit, energy, windows))
+    return out
 
 
 def best_decode(c: CombContext, order: Sequence[int]):
     """The windows of the decoder run that :func:`comb_evaluate` picked for this order."""
-    best = None
-    for dctx in ([c.dctx, c.dctx1] if c.dctx1 is not None else [c.dctx]):
-        est, windows, _ = decode(order, dctx, c.barriers)
-        plan = windows_to_plan(windows, dctx.L, c.max_streams, c.algorithm, c.barriers)
-        fit = _score(c, simulate(plan, c.w, c.soc, c.cost, validate=False)) if c.fitness == "simulator" else est
-        if best is None or fit < best[0]:
-            best = (fit, windows)
-    return best[1]
+    return prefer(_decodes(c, order), c.energy_tie)[2]
 
 
 # --- random topological orders with frozen blocks ---------------------------------------------------------------
@@ -206,20 +219,36 @@ def interleaved_order(w: Workload) -> list[int]:
     return out
 
 
-def upward_rank_order(w: Workload, cost: CostTable, soc: SoC) -> list[int]:
-    """Layers by decreasing upward rank (HEFT's priority: mean latency + mean transfer along the longest path to
-    an exit); a topological order, and a good seed because it starts the critical paths first."""
+def upward_rank_order(w: Workload, cost: CostTable, soc: SoC, cost_of: str = "mean",
+                      transfers: bool = True) -> list[int]:
+    """Layers by decreasing upward rank (HEFT's priority: a layer's cost + transfer along the longest path to an
+    exit); a topological order, and a good seed because it starts the critical paths first. ``cost_of``: a layer's
+    cost is its ``mean`` latency over the supporting accelerators (HEFT) or its ``min`` (the fastest one: the
+    path it can take on a heterogeneous SoC); ``transfers``: add the mean transfer time of each edge."""
     import numpy as np
 
     lat = np.where(cost.supported, cost.latency, np.nan)
-    mean_c = np.nanmean(lat, axis=1)
+    c = (np.nanmin if cost_of == "min" else np.nanmean)(lat, axis=1)
     off = soc.bandwidth[~np.eye(soc.n, dtype=bool)]
-    inv = float(np.mean(1.0 / off)) if off.size else 0.0
+    inv = float(np.mean(1.0 / off)) if off.size and transfers else 0.0
     L = len(w.layers)
     rank = [0.0] * L
     for v in reversed(range(L)):
-        rank[v] = float(mean_c[v]) + max((w.edge_bytes[(v, s)] * inv + rank[s] for s in w.succs[v]), default=0.0)
+        rank[v] = float(c[v]) + max((w.edge_bytes[(v, s)] * inv + rank[s] for s in w.succs[v]), default=0.0)
     return sorted(range(L), key=lambda v: (-rank[v], v))
+
+
+def seed_orders(w: Workload, cost: CostTable, soc: SoC) -> list[list[int]]:
+    """The seeded part of the initial population, most promising first (the rest is random): upward ranks by the
+    fastest accelerator's latency (with and without transfers) and by the mean latency, a round robin over the
+    models, the index order. Duplicates dropped."""
+    out: list[list[int]] = []
+    for o in (upward_rank_order(w, cost, soc, "min"), upward_rank_order(w, cost, soc),
+              upward_rank_order(w, cost, soc, "min", transfers=False), interleaved_order(w),
+              list(range(len(w.layers)))):
+        if o not in out:
+            out.append(o)
+    return out
 
 
 def fingerprint(w: Workload, soc: SoC, cfg: GAConfig, algorithm: str) -> str:
@@ -229,23 +258,31 @@ def fingerprint(w: Workload, soc: SoC, cfg: GAConfig, algorithm: str) -> str:
     h.update(repr([a.name for a in soc.accs]).encode())
     h.update(soc.bandwidth.tobytes())
     h.update(repr((cfg.population, cfg.max_window, cfg.max_streams, cfg.seed, cfg.fitness, cfg.barriers,
-                  cfg.energy_weight, algorithm)).encode())
+                  cfg.energy_weight, cfg.energy_tie, algorithm)).encode())
     return h.hexdigest()[:16]
 
 
-def _ind(order: Sequence[int], fit: float | None = None, groups=None):
+def _ind(order: Sequence[int], fit: float | None = None, groups=None, energy: float = math.inf):
     ind = creator.SocOrder(order)
+    ind.energy = energy
     if fit is not None:
         ind.fitness.values = (fit,)
         ind.groups = groups
     return ind
 
 
+def _elite(cands: Sequence, best_fit: float, tol: float):
+    """The individual kept as the best: least energy among those within ``tol`` of the best fitness ever seen
+    (anchored there, so repeated ties cannot drift the latency upwards); with ``tol`` = 0 the least fitness."""
+    near = [i for i in cands if i.fitness.values[0] <= best_fit * (1.0 + tol)] or list(cands)
+    return min(near, key=lambda i: (i.energy, i.fitness.values[0]) if tol > 0 else (i.fitness.values[0], i.energy))
+
+
 def _save(path: str, fp: str, gen: int, rng: random.Random, history: list, evals: int, pop: list, best) -> None:
     save_checkpoint(path, {
         "fingerprint": fp, "generation": gen, "rng": rng.getstate(), "history": history, "evaluations": evals,
-        "population": [(list(i), i.fitness.values[0], i.groups) for i in pop],
-        "best": (list(best), best.fitness.values[0], best.groups)})
+        "population": [(list(i), i.fitness.values[0], i.groups, i.energy) for i in pop],
+        "best": (list(best), best.fitness.values[0], best.groups, best.energy)})
 
 
 def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = None,
@@ -258,7 +295,7 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
     dctx = DecodeContext(w, soc, cost, J, cfg.max_streams)
     dctx1 = None if cfg.barriers or J == 1 else DecodeContext(w, soc, cost, 1, cfg.max_streams)
     cctx = CombContext(dctx, w, soc, cost, cfg.fitness, cfg.max_streams, algorithm, cfg.barriers, dctx1,
-                       cfg.energy_weight, max(a.power_w for a in soc.accs) or 1.0)
+                       cfg.energy_weight, max(a.power_w for a in soc.accs) or 1.0, cfg.energy_tie)
     fp = fingerprint(w, soc, cfg, algorithm)
     toolbox = base.Toolbox()
     history: list[float] = []
@@ -270,38 +307,41 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
         def evaluate(inds: list) -> None:
             nonlocal evals
             todo = [i for i in inds if not i.fitness.valid]
-            for ind, (fit, groups) in zip(todo, toolbox.map(toolbox.evaluate, todo)):
+            for ind, (fit, groups, energy) in zip(todo, toolbox.map(toolbox.evaluate, todo)):
                 ind.fitness.values = (fit,)
                 ind.groups = groups
+                ind.energy = energy
             evals += len(todo)
 
         state = load_checkpoint(cfg.checkpoint, fp) if cfg.checkpoint else None
         if state is not None:
-            pop = [_ind(o, f, g) for o, f, g in state["population"]]
+            pop = [_ind(*p) for p in state["population"]]
             best = _ind(*state["best"])
             rng.setstate(state["rng"])
             history = list(state["history"])
             gen0 = state["generation"] + 1
             evals = state["evaluations"]
         else:
-            # seeded initial population: the index order, a round robin over the models, the upward-rank order
-            seeds = [upward_rank_order(w, cost, soc), interleaved_order(w), list(range(len(w.layers)))]
-            pop = [_ind(o) for o in seeds[:cfg.population]]
-            evaluate(pop)
-            # the rest at random, in batches of the worker count, while the time budget lasts
+            # initial population: the seeded orders (seed_orders), then random ones, in batches of the worker
+            # count; after the first batch only while the time budget lasts
+            seeds = seed_orders(w, cost, soc)[:cfg.population]
             batch = cfg.workers if cfg.executor != "serial" else 1
-            last_batch = (time.perf_counter() - t0) / max(1, math.ceil(len(pop) / batch))
+            pop, last_batch = [], 0.0
             while len(pop) < cfg.population:
-                if cfg.time_budget_s is not None and time.perf_counter() - t0 + last_batch > cfg.time_budget_s:
+                if pop and cfg.time_budget_s is not None and \
+                        time.perf_counter() - t0 + last_batch > cfg.time_budget_s:
                     break
                 tb = time.perf_counter()
-                more = [_ind(random_topo(w, rng)) for _ in range(min(batch, cfg.population - len(pop)))]
+                k = min(batch, cfg.population - len(pop))
+                more = [_ind(seeds[len(pop) + i] if len(pop) + i < len(seeds) else random_topo(w, rng))
+                        for i in range(k)]
                 evaluate(more)
                 pop += more
                 last_batch = time.perf_counter() - tb
-            best = min(pop, key=lambda i: i.fitness.values[0])
-            best = _ind(list(best), best.fitness.values[0], best.groups)
-            history.append(best.fitness.values[0])
+            best_fit = min(i.fitness.values[0] for i in pop)
+            best = _elite(pop, best_fit, cfg.energy_tie)
+            best = _ind(list(best), best.fitness.values[0], best.groups, best.energy)
+            history.append(best_fit)
             gen0 = 0
             if cfg.checkpoint:  # the evaluated initial population: a resume skips its evaluation
                 _save(cfg.checkpoint, fp, -1, rng, history, evals, pop, best)
@@ -333,10 +373,11 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
                 children.append(_ind(child))
             evaluate(children)
             pop = [best] + children  # elitism: the best schedule is never lost
-            cand = min(pop, key=lambda i: i.fitness.values[0])
-            if cand.fitness.values[0] < best.fitness.values[0]:
-                best = _ind(list(cand), cand.fitness.values[0], cand.groups)
-            history.append(best.fitness.values[0])
+            best_fit = min([history[-1]] + [i.fitness.values[0] for i in children])
+            cand = _elite(pop, best_fit, cfg.energy_tie)
+            if cand is not best:
+                best = _ind(list(cand), cand.fitness.values[0], cand.groups, cand.energy)
+            history.append(best_fit)
             gens_done = gen + 1
             if cfg.checkpoint:
                 _save(cfg.checkpoint, fp, gen, rng, history, evals, pop, best)

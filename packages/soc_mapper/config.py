@@ -49,6 +49,11 @@ class GAConfig:
     """Fitness = latency + energy_weight × energy / (highest accelerator power): with the simulator's phase
     energy, a plan that overlaps its tasks (spatial sharing) and keeps high-power tasks together costs less
     energy at the same latency; 0 is latency only (the reference)."""
+    energy_tie: float = 0.03
+    """Latency ties are broken by energy: plans whose fitness is within this fraction of the best fitness found
+    count as equal, and the one of least energy (the simulator's phase energy) is kept as the best individual and
+    chosen between the decoder's runs of one chromosome. The GA's selection still ranks by fitness alone. 0: the
+    reference (least latency; energy only breaks exact ties)."""
     fitness: str = "simulator"
     """``simulator`` (the judge's latency) or ``decoder`` (the DP's own estimate; faster)."""
     executor: str = "serial"
@@ -73,6 +78,7 @@ class GAConfig:
         _check(self.time_budget_s is None or self.time_budget_s > 0, f"{p}.time_budget_s", "must be > 0 or null",
                self.time_budget_s)
         _check(self.energy_weight >= 0, f"{p}.energy_weight", "must be >= 0", self.energy_weight)
+        _check(0.0 <= self.energy_tie <= 0.5, f"{p}.energy_tie", "must be in [0, 0.5]", self.energy_tie)
         _check(self.fitness in ("simulator", "decoder"), f"{p}.fitness", "must be 'simulator' or 'decoder'",
                self.fitness)
         _check(self.executor in EXECUTORS, f"{p}.executor", f"must be one of {list(EXECUTORS)}", self.executor)

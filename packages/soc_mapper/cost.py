@@ -111,6 +111,10 @@ class CostTable:
     """Watts while it runs."""
     supported: np.ndarray
     """bool."""
+    power_static: np.ndarray | None = None
+    """Watts of ``power`` that are the accelerator's static share (the rest is dynamic), for energy breakdowns."""
+    mac_share: np.ndarray | None = None
+    """Fraction of the dynamic power spent on MACs (the rest on buffer traffic)."""
 
     @property
     def energy(self) -> np.ndarray:
@@ -122,17 +126,26 @@ class CostTable:
 
 def layer_cost(l: Layer, a: Accelerator, pinned: bool = False) -> tuple[float, int, float]:
     """(latency s, PEs used, power W) of one layer on one accelerator."""
+    return layer_cost_parts(l, a, pinned)[:3]
+
+
+def layer_cost_parts(l: Layer, a: Accelerator, pinned: bool = False) -> tuple[float, int, float, float, float]:
+    """(latency s, PEs used, power W, static power W, MAC share of the dynamic power) of one layer."""
     cycles, pes = compute_cycles(l, a)
     t_comp = cycles / a.frequency_hz
     nbytes = l.in_bytes + l.out_bytes + (0 if pinned else l.weight_bytes)
     t_mem = nbytes / a.buffer_bandwidth_bytes_per_s
     lat = max(t_comp, t_mem)
+    static = STATIC_POWER_FRACTION * a.power_w
     if a.mac_energy_pj > 0:
-        dyn_j = (l.macs * a.mac_energy_pj + nbytes * a.buffer_energy_pj_per_byte) * 1e-12
-        power = STATIC_POWER_FRACTION * a.power_w + dyn_j / lat
+        mac_j = l.macs * a.mac_energy_pj * 1e-12
+        dyn_j = mac_j + nbytes * a.buffer_energy_pj_per_byte * 1e-12
+        power = static + dyn_j / lat
+        share = mac_j / dyn_j if dyn_j > 0 else 1.0
     else:  # power-only description: scale the dynamic part with the share of PEs used
         power = a.power_w * (STATIC_POWER_FRACTION + (1 - STATIC_POWER_FRACTION) * pes / a.num_pes)
-    return lat, pes, power
+        share = 1.0
+    return lat, pes, power, static, share
 
 
 def cost_table(w: Workload, soc: SoC) -> CostTable:
@@ -143,6 +156,8 @@ def cost_table(w: Workload, soc: SoC) -> CostTable:
     pes = np.zeros((L, A), dtype=np.int64)
     pw = np.zeros((L, A))
     sup = np.zeros((L, A), dtype=bool)
+    pst = np.zeros((L, A))
+    msh = np.zeros((L, A))
     cache: dict[tuple, tuple] = {}
     for i, l in enumerate(w.layers):
         key0 = (l.op_kind, tuple(sorted(l.dims.items())), l.in_bytes, l.weight_bytes, l.out_bytes)
@@ -151,9 +166,10 @@ def cost_table(w: Workload, soc: SoC) -> CostTable:
                 continue
             key = key0 + (j,)
             if key not in cache:  # copies of a model repeat the same shapes
-                cache[key] = (layer_cost(l, a), layer_cost(l, a, pinned=True))
-            (t, p, pwr), (tp, _, _) = cache[key]
+                cache[key] = (layer_cost_parts(l, a), layer_cost(l, a, pinned=True))
+            (t, p, pwr, ps, ms), (tp, _, _) = cache[key]
             lat[i, j], latp[i, j], pes[i, j], pw[i, j], sup[i, j] = t, tp, p, pwr, True
+            pst[i, j], msh[i, j] = ps, ms
         if not sup[i].any():
             raise UnsupportedLayerError(l.name, l.op_kind, [a.name for a in soc.accs])
-    return CostTable(lat, latp, pes, pw, sup)
+    return CostTable(lat, latp, pes, pw, sup, pst, msh)

@@ -237,6 +237,52 @@ def phase_energy(start: np.ndarray, finish: np.ndarray, power: np.ndarray) -> fl
     return energy
 
 
+def energy_breakdown(plan: Plan, res: Result, w: Workload, soc: SoC, cost: CostTable) -> dict:
+    """Where a schedule's phase energy goes: per elementary phase, the task of highest power is charged, so its
+    power splits into the accelerator's static share, MAC power and buffer-traffic power (``cost``'s
+    ``power_static`` / ``mac_share``). Also: time with some task running (``active_s``; idle time costs nothing
+    in the phase model), the phase energy charged per accelerator kind, and the activation bytes moved between
+    accelerators over the mesh with the seconds they spend on links (the phase model charges no link energy)."""
+    L = len(w.layers)
+    pl = plan.placement
+    idx = np.arange(L)
+    acc = np.asarray(pl)
+    power = cost.power[idx, acc] if L else np.zeros(0)
+    static = cost.power_static[idx, acc] if cost.power_static is not None else np.zeros(L)
+    share = cost.mac_share[idx, acc] if cost.mac_share is not None else np.ones(L)
+    ev = sorted([(float(s), 1, i) for i, s in enumerate(res.start)] + [(float(f), 0, i) for i, f in
+                                                                         enumerate(res.finish)])
+    heap: list[tuple[float, int]] = []
+    alive: set[int] = set()
+    parts = {"static_j": 0.0, "mac_j": 0.0, "buffer_j": 0.0}
+    by_kind: dict[str, float] = {}
+    active, last = 0.0, None
+    for t, kind, i in ev:
+        if last is not None and t > last:
+            while heap and heap[0][1] not in alive:
+                heapq.heappop(heap)
+            if heap:
+                k = heap[0][1]
+                dt = t - last
+                active += dt
+                dyn = power[k] - static[k]
+                parts["static_j"] += dt * static[k]
+                parts["mac_j"] += dt * dyn * share[k]
+                parts["buffer_j"] += dt * dyn * (1 - share[k])
+                df = soc.accs[pl[k]].dataflow
+                by_kind[df] = by_kind.get(df, 0.0) + dt * power[k]
+        last = t
+        if kind == 1:
+            alive.add(i)
+            heapq.heappush(heap, (-float(power[i]), i))
+        else:
+            alive.discard(i)
+    moved = sum(b for (u, v), b in w.edge_bytes.items() if pl[u] != pl[v])
+    link_s = sum(b / soc.bandwidth[pl[u], pl[v]] for (u, v), b in w.edge_bytes.items() if pl[u] != pl[v])
+    return {**parts, "active_s": active, "idle_s": max(0.0, res.latency - active),
+            "energy_by_accelerator_kind_j": by_kind, "mesh_bytes": int(moved), "mesh_transfer_s": link_s}
+
+
 def _streams(start: np.ndarray, finish: np.ndarray, pl: Sequence[int], n_acc: int) -> tuple[np.ndarray, list[float]]:
     """Stream index of each task (interval colouring per accelerator) and busy time per accelerator."""
     stream = np.zeros(len(start), dtype=np.int64)

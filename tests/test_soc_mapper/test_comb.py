@@ -1,7 +1,7 @@
 import os
 
 import pytest
-from soc_mapper.comb import comb_search, crossover, mutate, random_topo
+from soc_mapper.comb import comb_search, crossover, mutate, prefer, random_topo
 from soc_mapper.config import GAConfig
 from soc_mapper.decoder import DecodeContext, decode, windows_to_plan
 from soc_mapper.errors import CheckpointError, MapperError
@@ -74,7 +74,10 @@ def test_ga_is_deterministic_and_keeps_the_best():
     b = comb_search(w, soc, c, GAConfig(seed=3, **FAST))
     assert a.plan.order == b.plan.order and a.result.latency == b.result.latency
     assert all(y <= x + 1e-15 for x, y in zip(a.history, a.history[1:]))  # elitism
-    assert a.result.latency <= a.history[0] + 1e-12
+    # the kept plan is within the energy-tie tolerance of the best latency found (exactly it with no tolerance)
+    assert a.result.latency <= a.history[-1] * (1 + GAConfig().energy_tie) + 1e-15
+    z = comb_search(w, soc, c, GAConfig(seed=3, energy_tie=0.0, **FAST))
+    assert z.result.latency == pytest.approx(z.history[-1]) and z.result.latency <= z.history[0] + 1e-15
     one = comb_search(w, soc, c, GAConfig(seed=3, max_streams=1, **FAST), "magma_1stream_comb_ga")
     assert one.plan.max_streams == 1
 
@@ -129,10 +132,83 @@ def test_energy_weight_adds_energy_to_the_fitness():
     w, soc, c = problem()
     with pytest.raises(MapperError, match="ga.energy_weight"):
         GAConfig(energy_weight=-1.0)
-    lat = comb_search(w, soc, c, GAConfig(seed=3, **FAST))
-    en = comb_search(w, soc, c, GAConfig(seed=3, energy_weight=1.0, **FAST))
+    lat = comb_search(w, soc, c, GAConfig(seed=3, energy_tie=0.0, **FAST))
+    en = comb_search(w, soc, c, GAConfig(seed=3, energy_weight=1.0, energy_tie=0.0, **FAST))
     p = max(a.power_w for a in soc.accs)
     # the fitness of the returned plan is latency + energy / highest accelerator power
     assert en.history[-1] == pytest.approx(en.result.latency + en.result.energy / p)
     assert lat.history[-1] == pytest.approx(lat.result.latency)
     assert all(y <= x + 1e-15 for x, y in zip(en.history, en.history[1:]))  # elitism on the weighted fitness
+
+
+def test_prefer_breaks_latency_ties_by_energy():
+    cands = [(10.0, 5.0, "a"), (10.2, 3.0, "b"), (11.0, 1.0, "c")]
+    assert prefer(cands, 0.0)[2] == "a"
+    assert prefer(cands, 0.03)[2] == "b"  # within 3% of the best latency, less energy
+    assert prefer(cands, 0.5)[2] == "c"
+    assert prefer([(1.0, 2.0, "x"), (1.0, 1.0, "y")], 0.0)[2] == "y"  # exact ties: energy
+    with pytest.raises(MapperError, match="ga.energy_tie"):
+        GAConfig(energy_tie=0.9)
+
+
+def test_energy_tie_trades_at_most_its_tolerance_for_less_energy():
+    # the same initial population (no generations): the tie-breaking run keeps a plan of no more energy, and of
+    # at most (1 + tol)^2 times the latency-only run's latency
+    w, soc, c = problem()
+    tol = 0.05
+    zero = comb_search(w, soc, c, GAConfig(seed=5, population=6, generations=0, max_window=8, energy_tie=0.0))
+    tie = comb_search(w, soc, c, GAConfig(seed=5, population=6, generations=0, max_window=8, energy_tie=tol))
+    assert tie.result.energy <= zero.result.energy * (1 + 1e-12)
+    assert tie.result.latency <= zero.result.latency * (1 + tol) ** 2
+
+
+def test_run_interrupted_mid_generation_resumes_without_losing_the_best(tmp_path, monkeypatch):
+    import pickle
+
+    import soc_mapper.comb as cm
+
+    w, soc, c = problem()
+    cfg = dict(seed=11, population=4, generations=4, max_window=8)
+    full = comb_search(w, soc, c, GAConfig(**cfg))
+    ck = str(tmp_path / "ga.pkl")
+    real, calls = cm.comb_evaluate, [0]
+
+    def interrupted(ctx, order):
+        calls[0] += 1
+        if calls[0] == 12:  # 4 initial evaluations, then 3 children per generation: inside generation 2
+            raise KeyboardInterrupt
+        return real(ctx, order)
+
+    monkeypatch.setattr(cm, "comb_evaluate", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        comb_search(w, soc, c, GAConfig(checkpoint=ck, **cfg))
+    monkeypatch.setattr(cm, "comb_evaluate", real)
+    with open(ck, "rb") as f:
+        saved = pickle.load(f)
+    assert saved["generation"] == 1 and not [p for p in os.listdir(tmp_path) if ".tmp" in p]
+    resumed = comb_search(w, soc, c, GAConfig(checkpoint=ck, **cfg))
+    assert resumed.history[:len(saved["history"])] == saved["history"]  # the best found before is kept
+    assert resumed.history == full.history and resumed.plan.order == full.plan.order
+    assert resumed.evaluations == full.evaluations
+    assert resumed.history[-1] <= saved["best"][1] + 1e-15
+
+
+def test_corrupt_checkpoint_is_a_named_error(tmp_path):
+    w, soc, c = problem()
+    ck = tmp_path / "ga.pkl"
+    ck.write_bytes(b"not a pickle")
+    with pytest.raises(CheckpointError, match=r"checkpoint\(.*ga\.pkl\).*cannot be read"):
+        comb_search(w, soc, c, GAConfig(checkpoint=str(ck), **FAST))
+
+
+def test_seed_orders_are_distinct_topological_and_start_the_population():
+    from soc_mapper.comb import seed_orders, upward_rank_order
+
+    w, soc, c = problem()
+    seeds = seed_orders(w, soc=soc, cost=c)
+    assert seeds and all(w.is_topological(o) and sorted(o) == list(range(len(w))) for o in seeds)
+    assert len({tuple(o) for o in seeds}) == len(seeds)
+    assert seeds[0] == upward_rank_order(w, c, soc, "min")
+    # a population of just the seeds: each evaluated once, no random orders
+    r = comb_search(w, soc, c, GAConfig(seed=1, population=len(seeds), generations=0, max_window=8, energy_tie=0))
+    assert r.evaluations == len(seeds) and r.generations == 0 and len(r.history) == 1

@@ -91,3 +91,27 @@ def test_invalid_plans_are_rejected_with_names():
     w.layers[0].weight_bytes = 10 << 20
     with pytest.raises(MapperError, match=r"pinned\.nvdla0"):
         simulate(Plan([0, 0], [0, 1], pinned=[True, False]), w, soc, c)
+
+
+def test_energy_breakdown_splits_the_phase_energy():
+    from soc_mapper.baselines.heuristics import heft
+    from soc_mapper.simulator import energy_breakdown
+
+    from .helpers import problem
+
+    w, soc, c = problem()
+    r = heft(w, soc, c)
+    eb = energy_breakdown(r.plan, r.result, w, soc, c)
+    parts = eb["static_j"] + eb["mac_j"] + eb["buffer_j"]
+    assert parts == pytest.approx(r.result.energy, rel=1e-9)
+    assert sum(eb["energy_by_accelerator_kind_j"].values()) == pytest.approx(r.result.energy, rel=1e-9)
+    assert eb["static_j"] > 0 and eb["mac_j"] > 0 and eb["buffer_j"] > 0
+    assert eb["active_s"] + eb["idle_s"] == pytest.approx(r.result.latency)
+    cross = [(u, v) for (u, v) in w.edge_bytes if r.plan.placement[u] != r.plan.placement[v]]
+    assert eb["mesh_bytes"] == sum(w.edge_bytes[e] for e in cross)
+    # everything on one accelerator: nothing crosses the mesh
+    from soc_mapper.simulator import Plan as P
+
+    tpu = soc.index("tpu0")
+    one = simulate(P([tpu] * len(w.layers), list(range(len(w.layers)))), w, soc, c)
+    assert energy_breakdown(P([tpu] * len(w.layers), list(range(len(w.layers)))), one, w, soc, c)["mesh_bytes"] == 0
