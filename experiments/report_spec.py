@@ -191,7 +191,7 @@ HEADLINES: tuple[Headline, ...] = (
     Headline("fusion_perf", "Attention DSE at edge scale: cycles of the best dataflow vs the FLAT-like one (geomean)",
              "about 1.8× geomean over FLAT-HGran",
              "Attention DSE: about 1.8× geomean over FLAT-HGran at edge scale",
-             keys=("attention_dse.edge_accel.geomean_vs_flat", "attention_dse.edge.geomean_vs_flat",
+             keys=("attention_dse.edge_accel.geomean_speedup_vs_flat_hgran", "attention_dse.edge_accel.geomean_vs_flat", "attention_dse.edge.geomean_vs_flat",
                    "attention_dse.edge_accel.vs_flat", "attention_dse.geomean_vs_flat_edge"),
              pattern=r"attention_dse.*edge.*flat|attention_dse.*flat.*edge", unit="x"),
     Headline("fusion_perf", "Conv chains: best fused dataflow vs Fused-Layer (geomean)",

@@ -6,7 +6,7 @@ from typing import Optional
 
 from shared_ir.errors import ValidationError
 
-from .search import TEMPLATES
+from .search import TEMPLATES, canonical
 
 
 def _pos(obj, name: str):
@@ -22,17 +22,20 @@ class DSEConfig:
     shapes: Optional[list[str]] = None
     """Shape names (``fusion_perf.dse.ATTENTION_SHAPES`` / ``CONV_SHAPES``); null = all."""
     templates: list[str] = field(default_factory=lambda: list(TEMPLATES))
-    """Fusion templates to search (layerwise, flat, chimera, fused, tileflow)."""
-    iterations: int = 40
+    """Fusion templates to search (layerwise, flat_hgran, flat_rgran, chimera, fused, tileflow; ``flat`` = flat_rgran)."""
+    iterations: int = 24
     """MCTS iterations per template (split over ``restarts`` runs)."""
     rollouts: int = 256
     """Random completions evaluated (in one vectorised call) per MCTS iteration."""
     restarts: int = 4
     """Independent MCTS runs (seeds derived from ``seed``) sharing the iterations."""
-    top_k: int = 24
+    top_k: int = 8
     """Diverse best points refined by local search (single and two-variable moves)."""
-    kicks: int = 2
+    kicks: int = 1
     """Iterated-local-search rounds per refined start (redraw a few variables, refine, keep if better); >= 0."""
+    sweep: int = 4
+    """Block sweeps after local search (shared loop factors on every loop order, then each op's PE-array shape;
+    the ``sweep`` best of each block refined); 0 = off. Makes the best found nearly seed independent; >= 0."""
     seed: int = 0
     """Search seed."""
     softmax: bool = True
@@ -45,11 +48,13 @@ class DSEConfig:
         _pos(self, "rollouts")
         _pos(self, "restarts")
         _pos(self, "top_k")
-        if not isinstance(self.kicks, int) or isinstance(self.kicks, bool) or self.kicks < 0:
-            raise ValidationError("task.kicks", f"must be an integer >= 0, got {self.kicks!r}", self.kicks)
+        for name in ("kicks", "sweep"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise ValidationError(f"task.{name}", f"must be an integer >= 0, got {v!r}", v)
         self.templates = list(self.templates)
         for i, t in enumerate(self.templates):
-            if t not in TEMPLATES:
+            if canonical(t) not in TEMPLATES:
                 raise ValidationError(f"task.templates[{i}]", f"unknown template {t!r}; choose from {list(TEMPLATES)}", t)
         if not self.templates:
             raise ValidationError("task.templates", "at least one template is required")

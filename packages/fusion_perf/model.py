@@ -284,7 +284,11 @@ class Compiled:
                                            f"tensor {t!r} is kept inconsistently by the ops under this node "
                                            "(bypass lists disagree)")
                 else:
-                    self.slots[key] = self._make_slot(t, k, lvl, r, prev, o)
+                    rep = o
+                    if idx == 0 and top_role == "home":
+                        # the home holds what every user touches: the widest index map (a consumer's halo window)
+                        rep = max(sorted(set(users)), key=lambda u: sum(len(kt) for kt in P.access[(u, t)].terms))
+                    self.slots[key] = self._make_slot(t, k, lvl, r, prev, rep)
                 prev = key
             self.compute_links.append((o, t, prev, role == "out"))
         # the link of each slot to its parent: spatial loops between them
@@ -292,13 +296,13 @@ class Compiled:
             if s.parent is None:
                 continue
             ps = self.slots[s.parent]
-            s.link = (ps.pos, self._distinct_spec(s.tensor, self.oploops[s.rep][ps.pos:s.pos]))
+            s.link = (ps.pos, self._distinct_spec(s.tensor, self.oploops[s.rep][ps.pos:s.pos], s.rep))
         self.compute_specs = []
         for (o, t, key, is_out) in self.compute_links:
             s = self.slots[key]
             loops = self.oploops[o]
             pc = s.pos if s.node != ROOT else 0
-            self.compute_specs.append((o, t, key, is_out, pc, self._distinct_spec(t, loops[pc:])))
+            self.compute_specs.append((o, t, key, is_out, pc, self._distinct_spec(t, loops[pc:], o)))
         # concurrent scopes (Parallel, Pipeline) run their children at once: the children share the PE array
         self.concurrent = []
         for n in self.nodes:
@@ -350,8 +354,8 @@ class Compiled:
                 relevant_inside = True
         return _Slot(t, k, level, role, parent, pos, op, reset, terms, tile_gids, js)
 
-    def _distinct_spec(self, t: str, gids: Sequence[int]):
-        acc = self.problem.tensor_access(t)
+    def _distinct_spec(self, t: str, gids: Sequence[int], op: str):
+        acc = self.problem.access[(op, t)]
         rel = [g for g in gids if self.loops[g][1] and self.loops[g][0] in acc.dims]
         simple = acc.separable and all(len({self.loops[g][0] for g in rel if acc.coeff(k, self.loops[g][0])}) <= 1
                                        for k in range(len(acc.terms)))

@@ -108,12 +108,16 @@ class Problem:
                     raise ProblemError(f"{src}: ops.{o.name}.ins", f"op reads its own output {out!r} (a cycle)")
                 self.consumers.setdefault(a.tensor.name, []).append(o.name)
         self._check_acyclic()
-        # the same tensor must be indexed the same way by every op that touches it
+        # the same tensor must be indexed the same way by every op that touches it, except an intermediate, whose
+        # consumer may read a window of it (a conv chain's halo: O1[k, p + r, q + s]); the model keeps each op's
+        # own index map for its slots and sizes the intermediate's shared home by the widest one
         seen: dict[str, TensorAccess] = {}
         for (op, t), acc in self.access.items():
             if t in seen and seen[t].terms != acc.terms:
-                raise ProblemError(f"{src}: ops.{op}.{t}", f"tensor {t!r} is indexed differently by two ops")
-            seen[t] = acc
+                inter = t in self.producer and t in self.consumers
+                if not inter or len(seen[t].terms) != len(acc.terms):
+                    raise ProblemError(f"{src}: ops.{op}.{t}", f"tensor {t!r} is indexed differently by two ops")
+            seen.setdefault(t, acc)
         if not self.inputs:
             self.inputs = tuple(t for t in self.tensors if t not in self.producer)
         if not self.outputs:
@@ -228,22 +232,49 @@ def attention(batch: int, M: int, K: int, L: int, N: int, softmax: bool = True, 
     return Problem(ops, ("Q", "K", "V"), ("O",), name)
 
 
-def conv_chain(C: int, H: int, W: int, K1: int, R1: int, K2: int, stride: int = 1, name: str = "conv_chain") -> Problem:
-    """conv R1×R1 (valid, ``stride``) then conv 1×1, sharing the output-pixel dims p, q and the channel k1:
-    O1[k1,p,q] = Σ_{c,r,s} I[c, stride·p + r, stride·q + s]·W1[k1,c,r,s]; O2[k2,p,q] = Σ_{k1} O1[k1,p,q]·W2[k2,k1].
-    (A second R×R conv would need halo recomputation to share p, which this builder does not model.)"""
-    P = (H - R1) // stride + 1
-    Q = (W - R1) // stride + 1
+def conv_chain(C: int, H: int, W: int, K1: int, R1: int, K2: int, stride: int = 1, name: str = "conv_chain",
+               R2: int = 1) -> Problem:
+    """conv R1×R1 (``stride``) then conv R2×R2 (stride 1), sharing the output-pixel dims p, q and the channel k1.
+
+    * ``R2 == 1`` (valid first conv): O1[k1,p,q] = Σ_{c,r,s} I[c, stride·p + r, stride·q + s]·W1[k1,c,r,s];
+      O2[k2,p,q] = Σ_{k1} O1[k1,p,q]·W2[k2,k1].
+    * ``R2 > 1`` (ResNet/YOLO style, both convs "same"-padded, the input given pre-padded): O1[k1,p,q] as above with
+      ``H``/``W`` the *unpadded* input size, and O2[k2,p,q] = Σ_{k1,r2,s2} O1[k1, p + r2 - R2//2, q + s2 - R2//2]
+      ·W2[k2,k1,r2,s2]. The intermediate carries a halo of ``R2 - 1`` rows/cols around every p/q tile: a fused
+      mapping with the p/q loops shared keeps the halo in the LCA buffer between consecutive tiles (the line-buffer
+      dataflow of the reference's conv chains) and re-delivers it when another loop separates the tiles. Counts are
+      shift invariant, so the padding offset (and the skew that makes the producer run ``R2//2`` rows ahead, which
+      is what a real schedule does) changes no count; the zero border of O1 counts as held, as in a padded buffer."""
+    if R2 < 1:
+        raise ProblemError(f"{name}.R2", f"kernel size must be >= 1, got {R2}")
+    pad1 = (R1 - 1) // 2 if R2 > 1 else 0  # "same" padding of the first conv in a 3x3 -> 3x3 chain
+    P = (H + 2 * pad1 - R1) // stride + 1
+    Q = (W + 2 * pad1 - R1) // stride + 1
+    Hin, Win = (P - 1) * stride + R1, (Q - 1) * stride + R1
     if P < 1 or Q < 1:
         raise ProblemError(f"{name}", f"empty output {P}x{Q} for input {H}x{W} and kernel {R1}")
-    i = _t("I", [C, (P - 1) * stride + R1, (Q - 1) * stride + R1], TensorRole.input)
-    w1, w2 = _t("W1", [K1, C, R1, R1], TensorRole.weight), _t("W2", [K2, K1], TensorRole.weight)
-    o1, o2 = _t("O1", [K1, P, Q]), _t("O2", [K2, P, Q], TensorRole.output)
+    i = _t("I", [C, Hin, Win], TensorRole.input)
+    w1 = _t("W1", [K1, C, R1, R1], TensorRole.weight)
+    o2 = _t("O2", [K2, P, Q], TensorRole.output)
+    if R2 == 1:
+        o1 = _t("O1", [K1, P, Q])
+        w2 = _t("W2", [K2, K1], TensorRole.weight)
+    else:
+        h = R2 // 2
+        o1 = _t("O1", [K1, P + R2 - 1, Q + R2 - 1])  # padded intermediate buffer
+        w2 = _t("W2", [K2, K1, R2, R2], TensorRole.weight)
     c1 = _einsum("CONV1", OpKind.conv2d, {"k1": K1, "p": P, "q": Q, "c": C, "r": R1, "s": R1}, "crs",
                  [(i, [A("c"), A("p") * stride + A("r"), A("q") * stride + A("s")]),
-                  (w1, [A("k1"), A("c"), A("r"), A("s")])], (o1, [A("k1"), A("p"), A("q")]))
-    c2 = _einsum("CONV2", OpKind.conv2d, {"k2": K2, "p": P, "q": Q, "k1": K1}, ["k1"],
-                 [(o1, [A("k1"), A("p"), A("q")]), (w2, [A("k2"), A("k1")])], (o2, [A("k2"), A("p"), A("q")]))
+                  (w1, [A("k1"), A("c"), A("r"), A("s")])],
+                 (o1, [A("k1"), A("p"), A("q")] if R2 == 1 else [A("k1"), A("p") + h, A("q") + h]))
+    if R2 == 1:
+        c2 = _einsum("CONV2", OpKind.conv2d, {"k2": K2, "p": P, "q": Q, "k1": K1}, ["k1"],
+                     [(o1, [A("k1"), A("p"), A("q")]), (w2, [A("k2"), A("k1")])], (o2, [A("k2"), A("p"), A("q")]))
+    else:
+        c2 = _einsum("CONV2", OpKind.conv2d, {"k2": K2, "p": P, "q": Q, "k1": K1, "r2": R2, "s2": R2},
+                     ["k1", "r2", "s2"],
+                     [(o1, [A("k1"), A("p") + A("r2"), A("q") + A("s2")]), (w2, [A("k2"), A("k1"), A("r2"), A("s2")])],
+                     (o2, [A("k2"), A("p"), A("q")]))
     return Problem([c1, c2], ("I", "W1", "W2"), ("O2",), name)
 
 

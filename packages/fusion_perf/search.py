@@ -3,8 +3,15 @@
 The templates build mapping trees with free factors for a producer→(elementwise)→consumer chain:
 
 * ``layerwise`` — each op tiled on its own under a Sequential root; intermediates go through DRAM.
-* ``flat`` — FLAT-like row granularity: only the outer non-reduction dims (batch, rows ``m``) are shared above a
-  Sequential scope; a full row block of the intermediate stays on chip.
+* ``flat_rgran`` (alias ``flat``) — FLAT at row granularity (FLAT-RGran): only the outer non-reduction dims
+  (batch, rows ``m``) are shared above a Sequential scope; a full row block of the intermediate stays on chip.
+* ``flat_hgran`` — FLAT at head granularity (FLAT-HGran, the baseline of TileFlow's attention figure): only the
+  batch/head dims (shared dims that index every tensor of every op) are shared above a Sequential scope, so the
+  whole ``M x L`` score/softmax tile of one head is produced and consumed on chip (tiled below, spread over the
+  on-chip buffer instances). When one head's intermediates cannot fit on chip (no feasible completion), FLAT cannot
+  fuse at that granularity; what it then executes is the same head-granular schedule with the intermediates
+  spilled to DRAM (each head's ``S``/``P`` written and read back), so :func:`search_template` falls back to that
+  tree (same budget again) and marks it in ``SearchResult.variant`` (``"on_chip"`` or ``"spilled"``).
 * ``chimera`` — Chimera-like: every shared dim (incl. the consumer's reduction ``l``) is tiled above a Sharing
   scope, so the consumer's output accumulates on chip across the shared loops.
 * ``fused`` — fully fused: shared loops above a Sequential scope, intermediates on chip.
@@ -18,7 +25,10 @@ MCTS restarts with deterministically derived seeds, keeps the best completion of
 ``top_k`` *diverse* starts (best per tree, then best per assignment of the shared root loops, then the next best) by
 best-improvement local search over single-variable moves, prime-factor transfers between levels, and two-variable
 moves across dims (grow one tile while shrinking another); a refined point is also tried on the alternative trees
-(other loop orders) with the same variables. Random completions are drawn fully vectorised from per-extent divisor
+(other loop orders) with the same variables. Finally (``sweep``) deterministic block sweeps evaluate every
+assignment of the shared loop factors (on every loop order) and of each op's PE-array shape around the incumbent
+and refine the best: seeds that ended in different basins mostly differed in exactly these blocks, so the best
+found per shape becomes nearly seed independent (the benchmark's ``seed_spread``). Random completions are drawn fully vectorised from per-extent divisor
 tables, so search time goes to evaluations. In the DSE every template gets the same budget
 (:data:`fusion_perf.dse.DSE_SEARCH`, ``iterations``/``rollouts``), FLAT-like and layer-by-layer included.
 """
@@ -38,7 +48,14 @@ from .mapping import Node, OpLeaf, Scope, Tile, substitute
 from .model import Compiled, compile_tree
 from .problem import Problem
 
-TEMPLATES = ("layerwise", "flat", "chimera", "fused", "tileflow")
+TEMPLATES = ("layerwise", "flat_hgran", "flat_rgran", "chimera", "fused", "tileflow")
+# older config names still accepted (``flat`` was the row-granularity FLAT template)
+ALIASES = {"flat": "flat_rgran"}
+
+
+def canonical(name: str) -> str:
+    """The template name behind an alias (``flat`` → ``flat_rgran``)."""
+    return ALIASES.get(name, name)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -186,6 +203,8 @@ class SearchResult:
     evaluations: int
     template: str = ""
     history: list = field(default_factory=list)
+    variant: str = ""
+    """Template variant searched (``flat_hgran``: ``on_chip`` or ``spilled``; empty otherwise)."""
 
 
 class _MNode:
@@ -384,10 +403,128 @@ def _mcts(spaces, comps, key, iterations, rollouts, rng, c_explore, pool) -> int
     return evals
 
 
+def _shared_vars(space: FactorSpace) -> list[str]:
+    """Choice variables of loops every op shares (the loops above the fusion scope)."""
+    ops = set(space.c.problem.op_names)
+    return [v for v in space.choice_vars if space.info[v]["ops"] >= ops]
+
+
+def _combos(sp: FactorSpace, group: list[str], limit: int) -> list[tuple]:
+    """Every assignment of ``group`` (divisors of what the fixed factors leave of each dim; spatial variables of
+    one node within its fan-out together), deterministically subsampled to ``limit``."""
+    opts = []
+    for v in group:
+        inf = sp.info[v]
+        ds = _divs(sp.rem0[(next(iter(inf["ops"])), inf["dim"])])
+        if inf.get("node") is not None:
+            ds = [d for d in ds if d <= sp.budget0[inf["node"]]]
+        opts.append(ds)
+    combos = list(itertools.product(*opts))
+    nodes = [sp.info[v].get("node") for v in group]
+    if any(n is not None for n in nodes):
+        def ok(c):
+            use: dict = {}
+            for n, f in zip(nodes, c):
+                if n is not None:
+                    use[n] = use.get(n, 1) * f
+            return all(u <= sp.budget0[n] for n, u in use.items())
+        combos = [c for c in combos if ok(c)]
+    if len(combos) > limit:
+        idx = np.random.default_rng(len(combos)).choice(len(combos), size=limit, replace=False)
+        combos = [combos[i] for i in sorted(idx)]
+    return combos
+
+
+def _with_block(sp: FactorSpace, rng, cur: Mapping[str, int], group: list[str], C: np.ndarray) -> np.ndarray:
+    """Factor vectors with ``group`` set to the rows of ``C`` and the other choice variables as in ``cur``, cut
+    back (gcd) only as far as the block's factors require — the block has priority over the variables before it
+    in completion order; the innermost loop of each dim takes the rest."""
+    n = len(C)
+    rem = {k: np.full(n, v, dtype=np.int64) for k, v in sp.rem0.items()}
+    for j, u in enumerate(group):
+        d = sp.info[u]["dim"]
+        for o in sp.info[u]["ops"]:
+            rem[(o, d)] = rem[(o, d)] // np.gcd(C[:, j], rem[(o, d)])
+    prefix = {u: C[:, j] for j, u in enumerate(group)}
+    for u in sp.choice_vars:
+        if u in prefix:
+            continue
+        d = sp.info[u]["dim"]
+        val = np.full(n, cur[u], dtype=np.int64)
+        for o in sp.info[u]["ops"]:
+            val = np.gcd(val, rem[(o, d)])
+        for o in sp.info[u]["ops"]:
+            rem[(o, d)] = rem[(o, d)] // val
+        prefix[u] = val
+    return sp.complete(rng, n, prefix)
+
+
+def _sweep(comps, spaces, best, key, rng, n_refine: int, refine_sweeps: int, pair_moves: bool,
+           limit: int = 4000):
+    """Deterministic block sweeps from the incumbent ``best`` = (value, tree index, x), one small discrete block
+    of variables at a time, each block's assignments all evaluated in one vectorised call with the incumbent's
+    other variables kept (what no longer divides is cut back; the innermost loop of each dim takes the rest):
+
+    1. the shared (above-scope) loop factors, on every alternative tree (loop order);
+    2. then, on the incumbent's tree, each op's spatial factors (the PE-array shape, which sets utilisation).
+
+    After each block the ``n_refine`` best distinct assignments are refined by local search and the incumbent is
+    updated. Different MCTS seeds mostly end in different such blocks (root tiling, PE-array shape), which
+    single/pair moves cannot cross; sweeping them makes the result depend far less on the seed.
+    Returns (value, tree index, x, evaluations)."""
+    best_v, best_t, best_x = best
+    evals = 0
+    ops = comps[best_t].problem.op_names
+    blocks: list = [("shared", None)] + [("spatial", o) for o in ops]
+    start_v = best_v
+    # a second round only when the first one moved (a new PE-array shape can change the best root tiling)
+    for kind, op in blocks + [("again", None)] + blocks:
+        if kind == "again":
+            if not best_v < start_v * (1 - 1e-12):
+                break
+            continue
+        cur = spaces[best_t].values(best_x)
+        trees = range(len(comps)) if kind == "shared" else [best_t]
+        cands = []
+        for tj in trees:
+            comp, sp = comps[tj], spaces[tj]
+            if set(sp.vars) != set(cur):
+                continue
+            if kind == "shared":
+                group = _shared_vars(sp)
+            else:
+                group = [v for v in sp.choice_vars if sp.info[v].get("node") is not None and sp.info[v]["ops"] == {op}]
+            if not group:
+                continue
+            combos = _combos(sp, group, limit)
+            C = np.array(combos, dtype=np.int64)
+            X = _with_block(sp, rng, cur, group, C)
+            vals = getattr(comp.evaluate(X, batched=True), key)
+            evals += len(X)
+            for i in np.argsort(vals, kind="stable")[:4 * n_refine]:
+                if math.isfinite(vals[i]):
+                    cands.append((float(vals[i]), tj, X[i].copy(), tuple(C[i])))
+        cands.sort(key=lambda c: c[0])
+        seen, picked = set(), []
+        for c in cands:
+            k = (c[1], c[3])
+            if k not in seen:
+                seen.add(k)
+                picked.append(c)
+            if len(picked) >= n_refine:
+                break
+        for v, tj, x, _ in picked:
+            v, x, n = refine(comps[tj], spaces[tj], x, key, refine_sweeps, rng, pair_moves)
+            evals += n
+            if v < best_v * (1 - 1e-12):
+                best_v, best_t, best_x = v, tj, x
+    return best_v, best_t, best_x, evals
+
+
 def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective: str = "cycles",
            iterations: int = 200, rollouts: int = 64, seed: int = 0, c_explore: float = 1.0,
            refine_sweeps: int = 30, restarts: int = 2, top_k: int = 8, kicks: int = 0,
-           pair_moves: bool | None = None) -> SearchResult:
+           pair_moves: bool | None = None, sweep: int = 0) -> SearchResult:
     """MCTS over the free factors of one tree or over several alternative trees (e.g. permutations, scope kinds),
     maximising −log10(cycles or energy), then local search.
 
@@ -399,6 +536,9 @@ def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective:
       best-improvement local search (:func:`refine`, up to ``refine_sweeps`` sweeps).
     * ``kicks`` rounds of iterated local search from each refined start: redraw 2–4 variables, refine, keep the
       result if better. With kicks, local search also tries two-variable moves (``pair_moves``).
+    * ``sweep`` > 0: then deterministic block sweeps from the incumbent (:func:`_sweep`): every assignment of the
+      shared loop factors on every loop order, then of each op's spatial factors; the ``sweep`` best distinct
+      ones of each block are refined. This takes most of the seed dependence out of the result.
     """
     arch = load_arch(arch)
     trees = [trees] if isinstance(trees, (Tile, Scope, OpLeaf)) else list(trees)
@@ -479,6 +619,12 @@ def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective:
         if v < best[0]:
             best = (v, ti, x)
         history.append(best[0])
+    if sweep:
+        v, ti, x, n = _sweep(comps, spaces, best, key, rng, sweep, refine_sweeps, pair_moves)
+        evals += n
+        if v < best[0]:
+            best = (v, ti, x)
+        history.append(best[0])
     _, ti, x = best
     tree = substitute(trees[ti], spaces[ti].values(x))
     res = comps[ti].evaluate(x, batched=False, check=False)
@@ -504,7 +650,7 @@ def _v(d: str, tag: str) -> tuple[str, str]:
 
 
 def _branch(problem: Problem, arch: Arch, op: str, tag: str, top_dims: Sequence[str], bypass0: Sequence[str],
-            outer_tiles: bool = True) -> Node:
+            outer_tiles: bool = True, top_spatial: bool = True) -> Node:
     """One op's subtree: [DRAM temporal over top_dims] → spatial to the next level → per inner level a temporal
     tile and a spatial tile → the innermost level → op."""
     o = problem.op(op)
@@ -513,7 +659,11 @@ def _branch(problem: Problem, arch: Arch, op: str, tag: str, top_dims: Sequence[
     # spatial loops only over dims no index combines with another (no conv window: halos defeat multicast)
     mixed = {d for (oo, _), acc in problem.access.items() if oo == op for kt in acc.terms if len(kt) > 1
              for d, _ in kt}
-    par = [d for d in dims if d not in mixed]
+    # ... except the output pixels (p, q of a conv): splitting them over PEs multicasts the weights, without which
+    # a conv's PEs each read their own weight every cycle (bandwidth-bound); the input halo overlap between
+    # neighbouring PEs is served separately (the model's multicast rule), so it is counted, not hidden
+    outd = {d for t in o.outputs for d in problem.access[(op, t.tensor.name)].dims}
+    par = [d for d in dims if d not in mixed or d in outd]
     names = [lv.name for lv in arch.levels]
     inner = names[-1]
     node: Node = OpLeaf(op)
@@ -526,7 +676,9 @@ def _branch(problem: Problem, arch: Arch, op: str, tag: str, top_dims: Sequence[
         node = Tile(lv, [_v(d, f"{tag}.{lv}.s") for d in sdims], node, "spatial")
         if outer_tiles:
             node = Tile(lv, [_v(d, f"{tag}.{lv}") for d in dims], node)
-    node = Tile(names[0], [_v(d, f"{tag}.{names[0]}.s") for d in [d for d in out if d in par][:2]], node, "spatial")
+    if top_spatial:
+        node = Tile(names[0], [_v(d, f"{tag}.{names[0]}.s") for d in [d for d in out if d in par][:2]], node,
+                    "spatial")
     if top_dims:
         node = Tile(names[0], [_v(d, f"{tag}.{names[0]}") for d in top_dims], node, bypass=tuple(bypass0))
     elif bypass0:
@@ -534,17 +686,35 @@ def _branch(problem: Problem, arch: Arch, op: str, tag: str, top_dims: Sequence[
     return node
 
 
-def template(problem: Problem, arch: Any, name: str, perm: Sequence[str] | None = None) -> Node:
-    """A named fusion-structure template with free factors (see the module docstring)."""
+def batch_dims(problem: Problem) -> list[str]:
+    """Dims shared by every op that index every tensor of every op (attention: the batch·heads dim ``b``)."""
+    order, shared = _chain(problem)
+    return [d for d in shared if all(d in problem.access[(o, a.tensor.name)].dims
+                                     for o in order for a in problem.op(o).accesses)]
+
+
+def template(problem: Problem, arch: Any, name: str, perm: Sequence[str] | None = None,
+             spill: bool = False, spatial_root: bool | None = None) -> Node:
+    """A named fusion-structure template with free factors (see the module docstring). ``spill`` (``flat_hgran``
+    only): the intermediates go through DRAM instead of staying on chip. ``spatial_root``: the split over the
+    on-chip buffer instances sits above the scope (over the shared row dims: every op's tile of a row block is on
+    the same instance, so the intermediates live per instance) instead of inside each op's branch (default:
+    above for ``flat_hgran``, inside for the others; :func:`search_template` searches both)."""
     arch = load_arch(arch)
+    name = canonical(name)
     order, shared = _chain(problem)
     inter = list(problem.intermediates())
     if name == "layerwise":
         return Scope("sequential", [_branch(problem, arch, o, o, problem.op_dims(o), ()) for o in order])
     last = problem.op(order[-1])
-    if name == "flat":
+    if name == "flat_rgran":
         top = [d for d in shared if d not in last.reduction_dims]
         scope = "sequential"
+    elif name == "flat_hgran":
+        top = batch_dims(problem)
+        scope = "sequential"
+        if spill:
+            inter = []
     elif name in ("chimera", "fused", "tileflow"):
         top = list(shared)
         scope = {"chimera": "sharing", "fused": "sequential", "tileflow": "pipeline"}[name]
@@ -553,10 +723,19 @@ def template(problem: Problem, arch: Any, name: str, perm: Sequence[str] | None 
     if perm is not None:
         top = [d for d in perm if d in top] + [d for d in top if d not in perm]
     branches = []
+    if spatial_root is None:
+        spatial_root = name == "flat_hgran"
+    bd = batch_dims(problem)
+    # FLAT-HGran: one head is spread over the on-chip buffer instances (rows split spatially above the scope), so
+    # "the head fits on chip" means it fits the chip's buffers together, not one instance
+    rows = [d for d in shared if d not in bd and d not in last.reduction_dims][:2] if spatial_root else []
     for o in order:
         priv = [d for d in problem.op_dims(o) if d not in top]
-        branches.append(_branch(problem, arch, o, o, priv, inter))
-    return Tile(arch.levels[0].name, [_v(d, "root") for d in top], Scope(scope, branches))
+        branches.append(_branch(problem, arch, o, o, priv, inter, top_spatial=not rows))
+    node: Node = Scope(scope, branches)
+    if rows:
+        node = Tile(arch.levels[0].name, [_v(d, "root.s") for d in rows], node, "spatial")
+    return Tile(arch.levels[0].name, [_v(d, "root") for d in top], node)
 
 
 def search_template(problem: Problem, arch: Any, name: str, iterations: int = 150, rollouts: int = 64,
@@ -565,13 +744,38 @@ def search_template(problem: Problem, arch: Any, name: str, iterations: int = 15
     """Search one template's tiles (and, with ``permutations``, the order of its shared outer loops);
     ``search_kw`` goes to :func:`search` (restarts, top_k, kicks, ...)."""
     arch = load_arch(arch)
-    base = template(problem, arch, name)
-    trees = [base]
-    if permutations and isinstance(base, Tile) and len(base.loops) > 1:
-        dims = [d for d, _ in base.loops]
-        trees = [template(problem, arch, name, list(p)) for p in itertools.permutations(dims)]
-    r = search(problem, arch, trees, objective, iterations, rollouts, seed, **search_kw)
+
+    def trees_of(spill: bool) -> list[Node]:
+        out = []
+        # both placements of the split over buffer instances (inside each branch / above the scope), for every
+        # fused template alike; the layer-by-layer template has no scope-level loops
+        for sr in ((None,) if canonical(name) == "layerwise" else (True, False)):
+            base = template(problem, arch, name, spill=spill, spatial_root=sr)
+            if permutations and isinstance(base, Tile) and len(base.loops) > 1:
+                dims = [d for d, _ in base.loops]
+                out += [template(problem, arch, name, list(p), spill=spill, spatial_root=sr)
+                        for p in itertools.permutations(dims)]
+            else:
+                out.append(base)
+        # identical trees (no row dims to split above the scope) only once
+        uniq = {}
+        for t in out:
+            uniq.setdefault(repr(t), t)
+        return list(uniq.values())
+
+    variant = ""
+    if canonical(name) == "flat_hgran":
+        variant = "on_chip"
+        try:
+            r = search(problem, arch, trees_of(False), objective, iterations, rollouts, seed, **search_kw)
+        except MappingError:
+            # a head's intermediates fit no on-chip level: FLAT-HGran runs head by head with S/P through DRAM
+            variant = "spilled"
+            r = search(problem, arch, trees_of(True), objective, iterations, rollouts, seed, **search_kw)
+    else:
+        r = search(problem, arch, trees_of(False), objective, iterations, rollouts, seed, **search_kw)
     r.template = name
+    r.variant = variant
     return r
 
 
@@ -586,4 +790,5 @@ def explore(problem: Problem, arch: Any, templates: Sequence[str] = TEMPLATES, *
     return out
 
 
-__all__ = ["FactorSpace", "SearchResult", "search", "refine", "template", "search_template", "explore", "TEMPLATES"]
+__all__ = ["FactorSpace", "SearchResult", "search", "refine", "template", "search_template", "explore", "TEMPLATES",
+           "ALIASES", "canonical", "batch_dims"]

@@ -103,9 +103,13 @@ def random_problem(rng: random.Random) -> Problem:
     k = rng.random()
     if k < 0.55:
         return gemm_chain(rng.choice([2, 4, 6]), rng.choice([2, 4]), rng.choice([2, 4, 6]), rng.choice([2, 4]))
-    if k < 0.75:
+    if k < 0.67:
         return conv_chain(rng.choice([1, 2]), rng.choice([5, 6]), rng.choice([4, 5]), 2, rng.choice([1, 2, 3]), 2)
-    if k < 0.87:
+    if k < 0.79:
+        # 3x3 -> 3x3 (or 1x1 -> 3x3) "same" convs: the consumer reads a halo window of the intermediate
+        return conv_chain(rng.choice([1, 2]), rng.choice([4, 5]), rng.choice([3, 4]), 2, rng.choice([1, 3]), 2,
+                          R2=3)
+    if k < 0.89:
         # three ops (QK, softmax, PV) with a batch dim shared by all
         return attention(rng.choice([1, 2]), rng.choice([2, 4]), 2, rng.choice([2, 4]), 2)
     # a single strided conv (box semantics with stride gaps)

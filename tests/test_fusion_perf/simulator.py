@@ -70,8 +70,8 @@ class TraceSimulator:
         a = self.anc[node] if node != ROOT else set()
         return tuple(e for e in inst if e[0] in a)
 
-    def _box(self, t, base, rem):
-        acc = self.P.tensor_access(t)
+    def _box(self, t, base, rem, op):
+        acc = self.P.access[(op, t)]
         dims = sorted(acc.dims)
         lo = [None] * len(acc.terms)
         hi = [None] * len(acc.terms)
@@ -98,7 +98,7 @@ class TraceSimulator:
         if s.parent is None:
             return
         sinst = self._inst_above(inst, s.node)
-        new = self._box(s.tensor, base, rem)
+        new = self._box(s.tensor, base, rem, s.rep)
         prev = self.state.get((key, sinst), frozenset())
         moved = (new - prev) if s.role == "in" else (prev - new)
         self.state[(key, sinst)] = new

@@ -33,3 +33,20 @@ def test_random_trees_exact(block):
 def test_random_trees_exact_many():
     bad = [s for s in range(1000, 1600) if (lambda g: g[0] != g[1])(_check(s))]
     assert not bad, bad
+
+
+def test_conv3x3_chains_exact():
+    """3x3 -> 3x3 conv chains (halo on both convs, the intermediate's halo kept in its home) over random trees."""
+    from fusion_perf.problem import conv_chain
+
+    bad, n = [], 0
+    for seed in range(40):
+        rng = random.Random(50_000 + seed)
+        prob = conv_chain(rng.choice([1, 2]), rng.choice([4, 5]), rng.choice([3, 4]), 2, rng.choice([1, 3]), 2, R2=3)
+        tree = random_tree(rng, prob)
+        comp = compile_tree(prob, make_arch(), tree)
+        x = tree_factors(tree)
+        n += 1
+        if comp.evaluate(x, check=False).counts() != simulate(comp, x):
+            bad.append(seed)
+    assert n == 40 and not bad, f"model != simulator for 3x3->3x3 seeds {bad}"
