@@ -123,6 +123,7 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
     ``cpu_out``, when given, receives each variant's median CPU ms per call (all its threads, spin-waits included):
     on a shared machine the wall clock counts other processes' time slices, the CPU time does not."""
     calls: dict[str, int] = {}
+    long_calls: set[str] = set()  # variants whose one call takes > 50 ms: a thread pool's wake-up is noise there
 
     def once(k, f, n):
         if isinstance(f, SelfTimed):
@@ -132,15 +133,19 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
             if f.settle_s:  # the other process's threads still spin after its calls: let them go idle first
                 time.sleep(f.settle_s)
             return r if isinstance(r, tuple) else (r, None)
-        f()  # one untimed call: thread pools awake, caches warm, as the other process's variant gets too
+        if k not in long_calls:
+            f()  # one untimed call: thread pools awake, caches warm, as the other process's variant gets too
         t, c = time.perf_counter(), time.process_time()
         for _ in range(n):
             f()
         return (time.perf_counter() - t) / n * 1e3, (time.process_time() - c) / n * 1e3
 
     for k, f in variants.items():  # warm-up, and how many calls fit in a ~budget/repeat slice
-        once(k, f, 1)
         dt = max(once(k, f, 1)[0] * 1e-3, 1e-6)
+        if dt > 0.05 and not isinstance(f, SelfTimed):
+            long_calls.add(k)  # warm enough after two calls; memory-bound variants need seconds per call
+        else:
+            dt = max(once(k, f, 1)[0] * 1e-3, 1e-6)
         calls[k] = max(1, min(50, int(budget_s / repeat / len(variants) / dt)))
     runs: dict[str, list[float]] = {k: [] for k in variants}
     cpu: dict[str, list[float]] = {k: [] for k in variants}
@@ -257,7 +262,7 @@ tvm = import_tvm()
 from tvm import te
 from tvm.s_tir import meta_schedule as ms
 from chain_fuser.codegen import target
-b, M, N, K, L = json.loads(sys.argv[1])
+shapes = json.loads(sys.argv[1])  # [[batch, M, N, K, L], ...]: every shape's GEMMs are tasks of one tuning run
 trials, outdir = int(sys.argv[2]), sys.argv[3]
 per_iter = int(sys.argv[5])
 
@@ -272,7 +277,10 @@ def gemm(name, b, m, k, n):
 strategy = sys.argv[6]
 # the chain unfused: GEMM 1 (C = A·B) and GEMM 2 (E = C·D) are two tasks of one tuning run (one builder/runner
 # start-up for both), each searched and tiled on its own; the intermediate goes to memory
-funcs = {"gemm1": gemm("gemm1", b, M, K, L), "gemm2": gemm("gemm2", b, M, L, N)}
+funcs = {}
+for i, (b, M, N, K, L) in enumerate(shapes):
+    funcs[f"s{i}_gemm1"] = gemm("gemm1", b, M, K, L)
+    funcs[f"s{i}_gemm2"] = gemm("gemm2", b, M, L, N)
 mod = tvm.IRModule({n: f["main"].with_attr("global_symbol", n) for n, f in funcs.items()})
 if strategy == "evolutionary":  # the default search, shrunk to fit a handful of trials
     st = ms.search_strategy.EvolutionarySearch(population_size=32, init_min_unmeasured=8, genetic_num_iters=1)
@@ -283,7 +291,7 @@ t = time.perf_counter()
 with tempfile.TemporaryDirectory() as wd:
     # one build and one run worker, few candidates per round, one quick measurement each: the smallest
     # MetaSchedule that still searches (2 cores shared with the benchmark's own process)
-    db = ms.tune_tir(mod, target(), wd, max_trials_global=2 * trials, max_trials_per_task=trials,
+    db = ms.tune_tir(mod, target(), wd, max_trials_global=len(funcs) * trials, max_trials_per_task=trials,
                      num_trials_per_iter=per_iter, strategy=st, cost_model=cm,
                      builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120),
                      runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
@@ -319,23 +327,25 @@ class MetaScheduleChain:
         return self.E
 
 
-def metaschedule_unfused(spec: GemmChain, trials: int, timeout_s: float = 180, per_iter: int = 4,
-                         strategy: str = "replay-trace"):
-    """Tune the chain's two GEMMs separately (no fusion: the intermediate goes to memory) with MetaSchedule in a
-    subprocess (its builder/runner pools and any crash stay out of the benchmark), under a strict wall clock for
-    both together. Returns (MetaScheduleChain or None, tuning seconds, note); the note says why when None."""
+def metaschedule_unfused(specs: list[GemmChain], trials: int, timeout_s: float = 180, per_iter: int = 4,
+                         strategy: str = "replay-trace") -> tuple[dict[str, "MetaScheduleChain"], float, str]:
+    """Tune the chains' GEMMs separately (no fusion: the intermediate goes to memory) with MetaSchedule: every
+    GEMM of every chain is a task of *one* ``tune_tir`` run (one builder/runner start-up for all), ``trials``
+    measured candidates per GEMM, in a subprocess (its worker pools and any crash stay out of the benchmark),
+    under a strict wall clock for the whole run. Returns ({spec name: MetaScheduleChain}, tuning seconds, note)."""
     from .kernel import import_tvm
 
     tvm = import_tvm()
     pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     root = os.path.dirname(pkg)
-    if spec.bt or spec.dt or spec.glue != "none":
-        return None, 0.0, "skipped: MetaSchedule baseline covers plain GEMM chains only"
+    specs = [s for s in specs if not (s.bt or s.dt or s.glue != "none")]  # plain GEMM chains only
+    if not specs:
+        return {}, 0.0, "skipped: MetaSchedule baseline covers plain GEMM chains only"
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
         # its own session: on timeout the whole group (MetaSchedule's builder/runner workers too) is ended
         p = subprocess.Popen([sys.executable, "-c", _MS_SCRIPT,
-                              json.dumps([spec.batch, spec.M, spec.N, spec.K, spec.L]), str(trials), d,
+                              json.dumps([[s.batch, s.M, s.N, s.K, s.L] for s in specs]), str(trials), d,
                               json.dumps([pkg, root]), str(per_iter), strategy], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
@@ -345,13 +355,16 @@ def metaschedule_unfused(spec: GemmChain, trials: int, timeout_s: float = 180, p
 
             os.killpg(p.pid, signal.SIGKILL)
             p.communicate()
-            return None, time.perf_counter() - t, f"timed out after {timeout_s:.0f} s ({trials} trials per GEMM)"
+            return {}, time.perf_counter() - t, f"timed out after {timeout_s:.0f} s ({trials} trials per GEMM)"
         lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
         if p.returncode != 0 or not lines or "search" not in lines[-1]:
             why = lines[-1].get("error") if lines and "error" in lines[-1] else err[-500:]
-            return None, time.perf_counter() - t, f"failed: {why}"
-        mods = [tvm.runtime.load_module(os.path.join(d, n + ".so")) for n in ("gemm1", "gemm2")]
-        return MetaScheduleChain(*mods, spec), lines[-1]["tune_s"], "ok"
+            return {}, time.perf_counter() - t, f"failed: {why}"
+        chains = {}
+        for i, s in enumerate(specs):
+            mods = [tvm.runtime.load_module(os.path.join(d, f"s{i}_{n}.so")) for n in ("gemm1", "gemm2")]
+            chains[s.name] = MetaScheduleChain(*mods, s)
+        return chains, lines[-1]["tune_s"], "ok"
 
 
 # --- the run --------------------------------------------------------------------------------------------------------
@@ -390,6 +403,16 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     ms_cfg = ms_config or METASCHEDULE[scale]
     rows = []
     ms_runs: list[dict] = []
+    ms_chains: dict = {}
+    ms_items = [it for it in items if it["name"] in ms_cfg["shapes"] and isinstance(it["spec"], GemmChain)]
+    if metaschedule and ms_items:
+        # before any timing, alone: its builder/runner processes would otherwise take the cores from the variants
+        ms_chains, ms_tune_s, ms_note = metaschedule_unfused([it["spec"] for it in ms_items], ms_cfg["trials"],
+                                                             ms_cfg["timeout_s"], ms_cfg.get("per_iter", 4),
+                                                             ms_cfg.get("search", "replay-trace"))
+        log(f"MetaSchedule ({ms_cfg['trials']} trials per GEMM, {len(ms_items)} shapes in one run): {ms_note}, "
+            f"{ms_tune_s:.0f} s")
+        ms_runs.append({"names": [it["name"] for it in ms_items], "status": ms_note, "tune_s": ms_tune_s})
     for it in items:
         spec = it["spec"]
         name = it["name"]
@@ -409,12 +432,9 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         if server is not None and isinstance(spec, GemmChain):
             variants["openblas"] = server.variant(name, spec)
         ms_tune_s = ms_note = None
-        if metaschedule and name in ms_cfg["shapes"] and isinstance(spec, GemmChain):
-            rt, ms_tune_s, ms_note = metaschedule_unfused(spec, ms_cfg["trials"], ms_cfg["timeout_s"],
-                                                          ms_cfg.get("per_iter", 4),
-                                                          ms_cfg.get("search", "replay-trace"))
-            log(f"  {name}: MetaSchedule ({ms_cfg['trials']} trials per GEMM) {ms_note}, {ms_tune_s:.0f} s")
-            ms_runs.append({"name": name, "status": ms_note, "tune_s": ms_tune_s})
+        if any(name in r["names"] for r in ms_runs):
+            ms_tune_s, ms_note = ms_runs[0]["tune_s"], ms_runs[0]["status"]
+            rt = ms_chains.get(spec.name)
             if rt is not None:
                 variants["metaschedule"] = lambda rt=rt: rt(*ins)
         cpu_ms: dict[str, float] = {}
@@ -427,7 +447,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                "ms": ms_, "plan": kernel.plan.to_dict(), "tune": rep.to_dict(),
                "model_pick_vs_best_measured": rep.model_pick_vs_best}
         if ms_tune_s is not None:
-            row["metaschedule_tune_s"] = ms_tune_s
+            row["metaschedule_tune_s"] = ms_tune_s  # the one tuning run of the whole subset
             row["metaschedule_status"] = ms_note
             row["metaschedule_trials"] = ms_cfg["trials"]
         o = row["ms"]["ours"]
@@ -452,22 +472,27 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
 
     result = {
         "scale": scale, "threads": threads, "top_k": top_k, "repeat": repeat,
+        "machine": _machine(threads),
+        "reduced_at_this_scale": REDUCED.get(scale),
         "fma_peak_gflops": peak_gflops,
         "fma_peak": peak,
         "openblas": server.info if server is not None else None,
         "openblas_note": "numpy in a child process without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, timed interleaved "
                          "with the other variants; softmax there is numpy's",
-        "metaschedule": {"trials_per_shape": ms_cfg["trials"], "trials_per_gemm": ms_cfg["trials"],
+        "metaschedule": {"trials_per_shape": 2 * ms_cfg["trials"], "trials_per_gemm": ms_cfg["trials"],
                          "num_trials_per_iter": ms_cfg.get("per_iter", 4), "timeout_s": ms_cfg["timeout_s"],
                          "search": ms_cfg.get("search", "replay-trace"),
                          "shapes": ms_cfg["shapes"], "runs": ms_runs,
-                         "note": "ms.tune_tir on each GEMM of the chain separately (no fusion, intermediate in "
-                                 "memory), 1 build + 1 run worker; timed as gemm1 then gemm2; subset only"},
+                         "tune_s": sum(r["tune_s"] for r in ms_runs),
+                         "note": "one ms.tune_tir run over every GEMM of the subset's chains as separate tasks (no "
+                                 "fusion, intermediate in memory), trials_per_gemm measured candidates per GEMM, "
+                                 "1 build + 1 run worker; timed as gemm1 then gemm2; subset only"},
         "shapes": rows,
         "reference_geomean_vs_torch": geomean(sp(ref_rows, "torch")),
         "reference_min_vs_torch": min(sp(ref_rows, "torch"), default=None),
         "reference_geomean_vs_openblas": geomean(sp(ref_rows, "openblas")),
         "reference_min_vs_openblas": min(sp(ref_rows, "openblas"), default=None),
+        "reference_max_vs_openblas": max(sp(ref_rows, "openblas"), default=None),
         "reference_geomean_vs_openblas_cpu": geomean([r["speedup_cpu"].get("openblas") for r in ref_rows]),
         "reference_geomean_vs_torch_cpu": geomean([r["speedup_cpu"].get("torch") for r in ref_rows]),
         "reference_peak_fraction": geomean([r["peak_fraction"]["ours"] for r in ref_rows]),
@@ -477,7 +502,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         "attention_vs_sdpa": geomean(sp(mem_rows, "sdpa")),
         "geomean_vs_metaschedule": geomean(sp(rows, "metaschedule")),
         "geomean_vs_metaschedule_why_none": (None if sp(rows, "metaschedule") else
-                                             "; ".join(f"{r['name']}: {r['status']} ({r['tune_s']:.0f} s)"
+                                             "; ".join(f"{', '.join(r['names'])}: {r['status']} ({r['tune_s']:.0f} s)"
                                                        for r in ms_runs) or "MetaSchedule not run"),
         "geomean_fused_vs_unfused_same_microkernel": geomean(sp(rows, "tvm_unfused")),
         "model_pick_vs_best_measured": {
@@ -515,6 +540,24 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     return result
 
 
+# what the default scale measures smaller than --scale full (the keys are measured the same way at both)
+REDUCED = {"small": "memory-bound chains 2k-8k (full: up to 8k x 8k), attention batch 4 x 2k / 2 x 4k tokens (full: 12 x "
+                    "2k / 8 x 4k), YOLO-1 at 56x56 (full: 112x112), MetaSchedule on 2 shapes x 4 trials per GEMM with "
+                    "random replay (full: 5 shapes x 64 trials, evolutionary search), 5 repeats (full: 7)"}
+
+
+def _machine(threads: int) -> dict:
+    """The machine the numbers were measured on: CPU model, threads used, cores seen, caches, vector width."""
+    from shared_ir import hostinfo
+
+    from .peak import _cpu_id
+
+    return {"cpu": _cpu_id(), "cpu_model": hostinfo.cpu_model(), "threads": threads,
+            "logical_cpus": os.cpu_count(), "usable_cores": hostinfo.num_cores(),
+            "vector_width_bits": hostinfo.vector_width_bits(), "frequency_hz": hostinfo.frequency_hz(),
+            "caches": hostinfo.caches(), "python": sys.version.split()[0]}
+
+
 def _shape_dict(spec) -> dict:
     if isinstance(spec, GemmChain):
         return {"batch": spec.batch, "M": spec.M, "N": spec.N, "K": spec.K, "L": spec.L, "glue": spec.glue}
@@ -528,15 +571,17 @@ def summary_table(res: dict) -> str:
 
     lines = [f"chain_fuser benchmark ({res['scale']}, {res['threads']} threads, FMA peak "
              f"{res['fma_peak_gflops']:.0f} GFLOP/s, OpenBLAS {res.get('openblas')})"]
+    lines.append(f"  machine: {res['machine']['cpu']}, {res['machine']['threads']} threads")
     lines.append(f"  reference: geomean ×{f(res['reference_geomean_vs_torch'])} vs torch (min ×"
-                 f"{f(res['reference_min_vs_torch'])}), ×{f(res['reference_geomean_vs_openblas'])} vs OpenBLAS, "
+                 f"{f(res['reference_min_vs_torch'])}), ×{f(res['reference_geomean_vs_openblas'])} vs OpenBLAS (min ×"
+                 f"{f(res.get('reference_min_vs_openblas'))}, max ×{f(res.get('reference_max_vs_openblas'))}), "
                  f"{f(res['reference_peak_fraction'], '{:.0%}')} of FMA peak; conv ×{f(res['conv_geomean_vs_torch'])}")
     lines.append(f"  per CPU second (robust to load): reference ×{f(res.get('reference_geomean_vs_torch_cpu'))} vs "
                  f"torch, ×{f(res.get('reference_geomean_vs_openblas_cpu'))} vs OpenBLAS, "
                  f"{f(res.get('reference_peak_fraction_cpu'), '{:.0%}')} of the per-core FMA peak")
     lines.append(f"  memory bound: ×{f(res['memory_bound_geomean_vs_torch'])} vs torch; attention ×"
                  f"{f(res['attention_vs_sdpa'])} vs SDPA")
-    lines.append(f"  ×{f(res['geomean_vs_metaschedule'])} vs MetaSchedule ({res['metaschedule']['trials_per_shape']} "
+    lines.append(f"  ×{f(res['geomean_vs_metaschedule'])} vs MetaSchedule ({res['metaschedule']['trials_per_gemm']} "
                  f"trials per GEMM, {len(res['metaschedule']['shapes'])} shapes"
                  + (f"; {res['geomean_vs_metaschedule_why_none']}" if res.get('geomean_vs_metaschedule_why_none')
                     else "") + f"); fused vs unfused (same micro kernel) ×"

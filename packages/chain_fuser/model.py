@@ -236,6 +236,26 @@ class ChainNest:
 
     def _sweep_elems(self, u: TensorUse, tiles: Mapping[str, int]) -> int:
         """Σ over the blocks of u's dims of the elements a block touches (exact: halos and padding included)."""
+        if u.simple:
+            return self._sweep_elems_raw(u, tiles)
+        # memoised by the tiles of u's own dims: the tile search asks for the same boxes many times (halo
+        # accesses are counted exactly, block by block, which is the search's main cost for conv chains)
+        cache = self.__dict__.setdefault("_sweep_cache", {})
+        key = (id(u), tuple(sorted((d, tiles[d]) for d in u.dims)))
+        v = cache.get(key)
+        if v is None:
+            v = cache[key] = self._sweep_elems_raw(u, tiles)
+        return v
+
+    def _box(self, acc: Access, tiles: Mapping[str, int]) -> int:
+        cache = self.__dict__.setdefault("_box_cache", {})
+        key = (id(acc), tuple(sorted(tiles.items())))
+        v = cache.get(key)
+        if v is None:
+            v = cache[key] = acc.footprint_box(tiles)
+        return v
+
+    def _sweep_elems_raw(self, u: TensorUse, tiles: Mapping[str, int]) -> int:
         acc = u.access
         if u.simple:
             n = 1
@@ -290,11 +310,11 @@ class ChainNest:
         live = self.live_tiles(order, t)
         mu = [0] * len(self.ops)
         for u in self.uses:
-            mu[u.op] += u.access.footprint_box({d: t[d] for d in u.dims}) * u.elem_bytes
+            mu[u.op] += self._box(u.access, {d: t[d] for d in u.dims}) * u.elem_bytes
         for it in self.intermediates:
             eb = it.produce.tensor.dtype.nbytes
-            box = max(it.produce.footprint_box({d: live[d] for d in it.produce.dims}),
-                      it.consume.footprint_box({d: live[d] for d in it.consume.dims}))
+            box = max(self._box(it.produce, {d: live[d] for d in it.produce.dims}),
+                      self._box(it.consume, {d: live[d] for d in it.consume.dims}))
             box = min(box, it.produce.tensor.numel) * self.intermediate_copies
             mu[it.producer] += box * eb
             mu[it.consumer] += box * eb
@@ -385,6 +405,13 @@ class Plan:
     register_dv_bytes: int = 0
     register_time_s: float = 0.0
     rank: int = 0
+    overhead_s: float = 0.0
+    """Time the realised kernel spends beyond the bottleneck (additive): the intermediate spilling out of the
+    inner caches, accumulator reloads per reduction segment, halo recomputation, online-softmax block overhead."""
+    overheads: dict = field(default_factory=dict)
+    """The parts of :attr:`overhead_s`, in seconds, by name."""
+    signature: tuple = ()
+    """What the code generator realises (fitted order and tiles): plans with equal signatures compile alike."""
 
     def level(self, name: str) -> LevelPlan:
         for lp in self.levels:
@@ -402,10 +429,16 @@ class Plan:
         times.update({lp.level: lp.time_s for lp in self.levels})
         return max(times, key=times.get)
 
+    @property
+    def base_s(self) -> float:
+        """The bottleneck time without the realised kernel's overheads."""
+        return self.predicted_s - self.overhead_s
+
     def to_dict(self) -> dict:
         return {"label": self.label, "micro_kernel": self.micro.name, "fusion_level": self.fusion_level,
                 "predicted_ms": self.predicted_s * 1e3, "compute_ms": self.compute_s * 1e3,
                 "parallel_efficiency": self.parallel_efficiency, "bottleneck": self.bottleneck,
+                "overhead_ms": self.overhead_s * 1e3, "overheads_ms": {k: v * 1e3 for k, v in self.overheads.items()},
                 "levels": [{"level": lp.level, "order": list(lp.order), "tiles": dict(lp.tiles),
                             "dv_bytes": lp.dv_bytes, "mu_bytes": lp.mu_bytes, "capacity_bytes": lp.capacity_bytes,
                             "time_ms": lp.time_s * 1e3} for lp in self.levels]}
@@ -425,7 +458,11 @@ def explain(plan: Plan, file=None) -> str:
         lines.append(f"  {lp.level}: order {','.join(lp.order)}  tiles [{tiles}]  DV {lp.dv_bytes / 2**20:.2f} MiB "
                      f"({per})  MU {lp.mu_bytes / 1024:.1f}/{lp.capacity_bytes / 1024:.0f} KiB -> "
                      f"{lp.time_s * 1e3:.3f} ms")
-    lines.append(f"  predicted: {plan.predicted_s * 1e3:.3f} ms (bound by {plan.bottleneck})")
+    if plan.overheads:
+        parts = ", ".join(f"{k} {v * 1e3:.3f}" for k, v in plan.overheads.items() if v > 0) or "none"
+        lines.append(f"  realised kernel overheads (ms, added to the bottleneck): {parts}")
+    lines.append(f"  predicted: {plan.predicted_s * 1e3:.3f} ms = bottleneck {plan.base_s * 1e3:.3f} ms "
+                 f"({plan.bottleneck}) + overheads {plan.overhead_s * 1e3:.3f} ms")
     text = "\n".join(lines)
     print(text, file=file)
     return text

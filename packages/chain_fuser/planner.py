@@ -11,6 +11,8 @@ from .errors import InfeasiblePlanError, UnsupportedChainError
 from .model import ChainNest, LevelPlan, MicroKernel, Plan, search_level
 from .spec import ConvChain, GemmChain, chain_nest
 
+CANDIDATES_PER_PLAN = 4  # level plans searched per plan wanted: duplicates (same realised kernel) are dropped
+
 FMA_LATENCY_ACCUMULATORS = 8  # 2 FMA pipes × 4-cycle latency: fewer independent accumulators stall
 LOADS_PER_CYCLE = 2
 MR_CHOICES = (4, 6, 8, 12, 14)
@@ -82,6 +84,144 @@ def choose_micro(spec, device, peak: float) -> tuple[MicroKernel, list[tuple[flo
     return scored[0][1], scored
 
 
+# --- what the code generator realises, and what that costs beyond the bottleneck -----------------------------------
+# Online softmax in block form: per (row, l block) the row max and sum over the block (horizontal vector reductions),
+# the block's rescaling factor (an exp), the Tm×N partial output written and read back by the combination.
+# Cycles per (row, block), from one measurement (Attention-2k, one thread, Tl = 32 vs 64: 18 ms for 262k extra
+# row-blocks at 2.6 GHz ≈ 180 cycles, with the partial outputs' traffic inside); the per-element work (scores,
+# exp, P·V) is counted in the flops.
+SOFTMAX_BLOCK_CYCLES = 150.0
+SPILL_FRACTION = 0.5  # a tile larger than half a cache level shares it with the operand streams: it spills
+ACC_RAMP_CYCLES = 4 * 4  # FMA latency × the dependent steps before a refilled accumulator block is back at rate
+
+
+def realised(spec, lp: LevelPlan, mk: MicroKernel) -> tuple[tuple[str, ...], dict[str, int]]:
+    """The fused level's order and tiles as the code generator fits them (tiles dividing the padded extents,
+    multiples of the micro kernel; conv: only the spatial tiles, channels stay whole). Dims with one block are
+    dropped from the order: plans that differ only there compile to the same kernel."""
+    if isinstance(spec, GemmChain):
+        from .codegen import _fit_tile, kernel_shape
+
+        ks = kernel_shape(spec, mk)
+        ext = {"m": ks.Mp, "l": ks.Lp, "n": ks.Np, "k": ks.K}
+        gran = {"m": ks.mr, "l": ks.nr, "n": ks.nr, "k": 1}
+        T = {d: _fit_tile(ext[d], int(lp.tiles.get(d, ext[d])), gran[d]) for d in ext}
+        order = [d for d in lp.order if d in ext]
+        order += [d for d in ext if d not in order]
+        return tuple(d for d in order if T[d] < ext[d]), T
+    Wp = _pad(spec.W, mk.mr)
+    from .codegen import _fit_tile
+
+    T = {"p": _fit_tile(spec.H, int(lp.tiles.get("p", spec.H)), 1),
+         "q": _fit_tile(Wp, max(mk.mr, int(lp.tiles.get("q", Wp))), mk.mr)}
+    return tuple(d for d in ("p", "q") if T[d] < {"p": spec.H, "q": Wp}[d]), T
+
+
+def _caches(device) -> dict[str, tuple[int, float]]:
+    """Per-core capacity and fill bandwidth (all cores) of each cache level, by name."""
+    return {lv.name: (lv.capacity_bytes, lv.fill_bandwidth_bytes_per_s) for lv in hw.model_levels(device)}
+
+
+def operand_restream(nest: ChainNest, lp: LevelPlan, device) -> float:
+    """Seconds of operand traffic beyond one pass, for the realised loop nest (the fused level's order and tiles)
+    at each cache level below the last-level one: a tensor whose one-batch-element extent fits in half the level
+    stays there (one pass); a larger one is moved as the model's DV of the fused tiles says (re-read per outer
+    tile). The level model gives each level its own tiles, the generated code has only these."""
+    levels = hw.model_levels(device)
+    t = 0.0
+    tiles = nest.full_tiles(lp.tiles)
+    dvs: dict[str, int] = {}
+    for u in nest.uses:
+        dvs[u.name] = dvs.get(u.name, 0) + nest.dv_tensor(u, lp.order, tiles)
+    for lv in levels[1:]:
+        for u in nest.uses:
+            total = u.access.tensor.nbytes
+            per_batch = total
+            for d in nest.batch:
+                if d in u.dims:
+                    per_batch //= max(1, nest.extents[d])
+            if per_batch > SPILL_FRACTION * lv.capacity_bytes and dvs[u.name] > total:
+                t += (dvs[u.name] - total) / lv.fill_bandwidth_bytes_per_s
+    return t
+
+
+def kernel_overheads(spec, order: tuple[str, ...], T: dict[str, int], mk: MicroKernel, device,
+                     peak: float) -> dict[str, float]:
+    """Seconds the realised kernel spends on top of its bottleneck (compute or a level's traffic), by cause.
+
+    The level model keeps the intermediate in the fused level and gives every inner level its own best tiles; the
+    generated code has one tiling (the fused level's) plus the micro kernel, so:
+
+    * *intermediate spill*: a live intermediate tile larger than (half) an inner cache is written to and read back
+      from the next level, once per pass of the consumer over it;
+    * *accumulators*: a reduction split into segments (GEMM 1 over k tiles, GEMM 2 over l tiles) loads and stores
+      the mr×nr accumulator block once per segment (through the L1 ports);
+    * conv: the halo rows/columns of the intermediate are recomputed by every spatial tile;
+    * attention in block form: per row and l block a fixed cost (row max/sum, rescaling, the partial output).
+    """
+    caches = _caches(device)
+    n = hw.cores(device)
+    f = float(device.compute.frequency_hz)
+    l1_cap, l1_fill = caches.get("l1", (1 << 62, math.inf))
+    l2_cap, l2_fill = caches.get("l2", (1 << 62, math.inf))
+    out: dict[str, float] = {}
+
+    def spill(tile_bytes: float, traffic_bytes: float) -> float:
+        t = 0.0
+        if tile_bytes > SPILL_FRACTION * l1_cap:
+            t += traffic_bytes / l1_fill
+        if tile_bytes > SPILL_FRACTION * l2_cap:
+            t += traffic_bytes / l2_fill
+        return t
+
+    if isinstance(spec, GemmChain):
+        from .codegen import _prefix, kernel_shape
+
+        ks = kernel_shape(spec, mk)
+        b, Mp, Lp, Np, K = ks.batch, ks.Mp, ks.Lp, ks.Np, ks.K
+        full = list(order) + [d for d in ("m", "l", "k", "n") if d not in order]
+        prefix = _prefix(full) if order else []
+        c_total = 4.0 * b * Mp * Lp
+        rows = T["m"] if "m" in prefix else Mp
+        n_pass = -(-Np // T["n"])  # GEMM 2's column tiles: each reads the intermediate's tile again
+        blocked = spec.glue == "softmax" and "l" in prefix and T["l"] < Lp
+        if spec.glue == "softmax" and not blocked:
+            # whole score rows per row block, two buffers (scores, probabilities), three passes (max, exp, sum)
+            out["intermediate_spill"] = spill(2 * 4.0 * rows * Lp, c_total * (2 + 3 + n_pass))
+        elif blocked:
+            nb = Lp // T["l"]
+            out["intermediate_spill"] = spill(2 * 4.0 * rows * T["l"], c_total * (2 + 2 + n_pass))
+            part = 4.0 * b * Mp * nb * Np  # the blocks' partial outputs: written, then read by the combination
+            out["softmax_partials"] = spill(4.0 * rows * nb * Np, 2 * part)
+            out["softmax_blocks"] = b * Mp * nb * SOFTMAX_BLOCK_CYCLES / (f * n)
+        else:
+            cols = T["l"] if "l" in prefix else Lp
+            copies = 2 if (spec.glue not in ("none", None) or spec.scale != 1.0 or spec.bias1) else 1
+            out["intermediate_spill"] = spill(copies * 4.0 * rows * cols, c_total * (copies + n_pass))
+        # per extra reduction segment and mr×nr block: the accumulators loaded and stored (≈1.5 cycles per vector:
+        # 2 loads, 1 store per cycle) and the FMA chains' latency ramp before the block runs at full rate again
+        nv = mk.nr // mk.vector_lanes
+        seg_cycles = mk.mr * nv * 1.5 + ACC_RAMP_CYCLES
+        # (attention in block form writes a partial output per l block instead: counted in softmax_partials)
+        l_segs = 0 if blocked else max(0, -(-Lp // T["l"]) - 1)
+        segs = b * (Mp // mk.mr) * ((Lp // mk.nr) * max(0, -(-K // T["k"]) - 1) + (Np // mk.nr) * l_segs)
+        out["accumulators"] = segs * seg_cycles / (f * n)
+        return out
+    # conv chains: spatial tiles Tp × Tq, every channel inside
+    Wp = _pad(spec.W, mk.mr)
+    K1p, K2p = _pad(spec.K1, mk.nr), _pad(spec.K2, mk.nr)
+    hp, hq = spec.R2 - 1, spec.S2 - 1
+    tiles = spec.N * -(-spec.H // T["p"]) * -(-Wp // T["q"])
+    inter_tile = (T["p"] + hp) * (T["q"] + hq)
+    extra = tiles * inter_tile - spec.N * spec.H * Wp  # recomputed halo positions
+    out["halo_recompute"] = 2.0 * extra * K1p * spec.C * spec.R1 * spec.S1 / peak
+    u_tile = 4.0 * inter_tile * K1p
+    out["intermediate_spill"] = spill(u_tile, tiles * u_tile * (2 + K2p // mk.nr))
+    in_tile = 4.0 * (T["p"] + hp + spec.R1 - 1) * (T["q"] + hq + spec.S1 - 1) * spec.C
+    out["input_restream"] = spill(in_tile, tiles * in_tile * (K1p // mk.nr))
+    return out
+
+
 def granularity(spec, mk: MicroKernel) -> dict[str, int]:
     if isinstance(spec, GemmChain):
         return {"m": mk.mr, "l": mk.nr, "n": mk.nr, "k": 1}
@@ -140,7 +280,7 @@ def plan_chain(spec, device: Any = None, top_k: int = 4, fusion_level: str | Non
     caps: dict[str, int] | None = None
     last_fuse = max(names.index(f) for f in fuse_levels)
     for idx, lv in enumerate(levels):
-        k = max(1, quota.get(lv.name, 1))
+        k = max(1, quota.get(lv.name, 0) * CANDIDATES_PER_PLAN)
         use_ok = ok if idx <= last_fuse else None  # inside every fusion level: sub-tiles, no template constraint
         try:
             res = search_level(nest, lv.capacity_bytes, lv.fill_bandwidth_bytes_per_s, top=k, granularity=gran,
@@ -166,15 +306,28 @@ def plan_chain(spec, device: Any = None, top_k: int = 4, fusion_level: str | Non
     reg_dv = register_dv(spec, mk)
     reg_t = register_time(spec, mk, dev)
     plans = []
+    seen: set = set()
     for fuse in fuse_levels:
         if fuse not in per_level:
             continue
-        for alt in per_level[fuse][:quota[fuse]]:
+        mine = []
+        for alt in per_level[fuse]:
+            order_r, T_r = realised(spec, alt, mk)
+            sig = (order_r, tuple(sorted(T_r.items())))
+            if sig in seen:
+                continue  # the code generator would build the same kernel as a plan already in the list
+            seen.add(sig)
             lps = tuple(alt if lv.name == fuse else per_level[lv.name][0] for lv in levels)
             units = alt.parallel_units
             eff = units / (math.ceil(units / ncores) * ncores)
-            pred = max([compute_s / eff, reg_t] + [lp.time_s for lp in lps])
-            plans.append(Plan(spec.name, lps, mk, fuse, int(flops), compute_s, pred, eff, peak, int(reg_dv), reg_t))
+            base = max([compute_s / eff, reg_t] + [lp.time_s for lp in lps])
+            ov = kernel_overheads(spec, order_r, T_r, mk, dev, peak)
+            ov["operand_restream"] = operand_restream(nest, alt, dev)
+            ov_s = sum(ov.values())
+            mine.append(Plan(spec.name, lps, mk, fuse, int(flops), compute_s, base + ov_s, eff, peak, int(reg_dv),
+                             reg_t, overhead_s=ov_s, overheads=ov, signature=sig))
+        mine.sort(key=lambda p: (p.predicted_s, p.fused.dv_bytes))
+        plans += mine[:quota[fuse]]
     plans.sort(key=lambda p: (p.predicted_s, names.index(p.fusion_level), p.fused.dv_bytes))
     return [replace(p, rank=i) for i, p in enumerate(plans)]
 
