@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from .errors import ConfigError
 from .workloads import FAMILIES
 
-SCALE_NAMES = ("tiny", "small", "full")
+SCALE_NAMES = ("sweep", "tiny", "small", "full")
 
 
 @dataclass
@@ -58,9 +58,14 @@ class SweepConfig(BenchConfig):
     """Minibatch sizes of the grid."""
     hiddens: list[int] = field(default_factory=lambda: [64, 128, 256])
     """Hidden sizes of the grid."""
+    grid: str = "cross"
+    """``cross``: every batch size at the middle hidden size plus every hidden size at the middle batch size (5
+    points for 3 × 3: every value of each axis, within the experiments' time budget); ``full``: the whole grid."""
 
     def __post_init__(self):
         super().__post_init__()
+        if self.grid not in ("cross", "full"):
+            raise ConfigError("task.grid", f"must be 'cross' or 'full', got {self.grid!r}")
         for name in ("batches", "hiddens"):
             vals = list(getattr(self, name))
             if not vals:

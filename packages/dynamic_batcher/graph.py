@@ -35,6 +35,7 @@ class DynGraph:
         self.argflat: list[int] = []  # every argument as (src node, output index), flattened: planning converts it
         self.arity: list[int] = []  # to numpy in one call instead of walking the nested tuples per minibatch
         self.sources: list[int] = []  # nodes without arguments (the initial frontier)
+        self.indeg: list[int] = []  # distinct argument nodes per node, kept while recording (no pass per flush)
         self.results: Any = None  # set by the executor after a flush
         self._frozen: "GraphView | None" = None
 
@@ -67,6 +68,7 @@ class DynGraph:
         self.labels.append(label)
         ps = tuple(dict.fromkeys(a for a, _ in args)) if len(args) > 1 else tuple(a for a, _ in args)
         self.preds.append(ps)
+        self.indeg.append(len(ps))
         self.succ.append([])
         self.arity.append(len(args))
         if args:
@@ -108,7 +110,7 @@ class DynGraph:
             # node ids of a recorded graph are a topological order (arguments exist before their users)
             self._frozen = GraphView(self.type, self.preds, [self.type_key(t) for t in range(len(self.type_sig))],
                                      names=None, labels=self, succ=self.succ, topo=range(self.n),
-                                     sources=self.sources)
+                                     sources=self.sources, indeg=self.indeg)
         return self._frozen
 
     def structure_key(self) -> tuple:
@@ -127,7 +129,7 @@ class GraphView:
 
     def __init__(self, types: list[int], preds: list[tuple], type_keys: list[str], names: list[str] | None = None,
                  labels: Any = None, succ: list[list[int]] | None = None, topo: Any = None,
-                 sources: list[int] | None = None):
+                 sources: list[int] | None = None, indeg: list[int] | None = None):
         self.n = len(types)
         self.types = types
         self.type_keys = type_keys
@@ -145,7 +147,7 @@ class GraphView:
                     if not 0 <= p < self.n:
                         raise BatcherError(f"node {self.name(v)}: argument refers to unknown node {p}")
                     self.succ[p].append(v)
-        self.indeg = [len(p) for p in self.preds]
+        self.indeg = indeg if indeg is not None and succ is not None else [len(p) for p in self.preds]
         self.sources = sources if sources is not None else [v for v, d in enumerate(self.indeg) if not d]
         self.topo = topo if topo is not None else self._toposort()
         self._depth = None
@@ -296,6 +298,183 @@ class GraphView:
                 if bound > best:
                     best, best_s = bound, [self.type_keys[t] for t in S]
         return best, best_s
+
+    def components(self) -> list[list[int]]:
+        """Weakly connected components (one per instance of a minibatch), node lists in topological order."""
+        root = list(range(self.n))
+
+        def find(x: int) -> int:
+            while root[x] != x:
+                root[x] = root[root[x]]
+                x = root[x]
+            return x
+
+        for v, ps in enumerate(self.preds):
+            for p in ps:
+                a, b = find(v), find(p)
+                if a != b:
+                    root[a] = b
+        comps: dict[int, list[int]] = {}
+        for v in range(self.n):  # ids are a topological order for recorded graphs; sorted below otherwise
+            comps.setdefault(find(v), []).append(v)
+        pos = {v: i for i, v in enumerate(self.topo)} if not isinstance(self.topo, range) else None
+        out = list(comps.values())
+        if pos is not None:
+            out = [sorted(c, key=pos.__getitem__) for c in out]
+        return out
+
+    def _instance_automaton(self, nodes: list[int], kpreds: dict[int, list[int]]
+                            ) -> tuple[list[dict[int, int]], int]:
+        """Reachable states of one instance under "run every ready node of type t" moves: state i -> {t: j}.
+
+        ``nodes``: the instance's kept nodes (topological order), ``kpreds``: their kept predecessors (through
+        dropped nodes). A state is the executed set (a bitmask over ``nodes``). Returns the transition list
+        (state 0 is the start) and the index of the final state."""
+        loc = {v: i for i, v in enumerate(nodes)}
+        types = [self.types[v] for v in nodes]
+        pm = [0] * len(nodes)
+        succ: list[list[int]] = [[] for _ in nodes]
+        for i, v in enumerate(nodes):
+            for p in kpreds[v]:
+                pm[i] |= 1 << loc[p]
+                succ[loc[p]].append(i)
+        full = (1 << len(nodes)) - 1
+        index = {0: 0}
+        states = [(0, tuple(i for i in range(len(nodes)) if not pm[i]))]  # (executed mask, ready nodes)
+        trans: list[dict[int, int]] = []
+        k = 0
+        while k < len(states):
+            m, ready = states[k]
+            moves: dict[int, list[int]] = {}
+            for i in ready:
+                moves.setdefault(types[i], []).append(i)
+            tr = {}
+            for t, run in moves.items():
+                nm = m
+                for i in run:
+                    nm |= 1 << i
+                j = index.get(nm)
+                if j is None:
+                    nr = [i for i in ready if types[i] != t]
+                    for i in run:
+                        for s in succ[i]:
+                            if pm[s] & ~nm == 0 and not nm >> s & 1 and s not in nr:
+                                nr.append(s)
+                    j = index[nm] = len(states)
+                    states.append((nm, tuple(nr)))
+                tr[t] = j
+            trans.append(tr)
+            k += 1
+        return trans, index[full]
+
+    def _kept(self, keep_types: set[int]) -> dict[int, list[int]]:
+        """Kept-type predecessors of every kept node, through dropped nodes (transitive edges)."""
+        types, preds = self.types, self.preds
+        anc: dict[int, set[int]] = {}  # dropped node -> its nearest kept ancestors
+        kp: dict[int, list[int]] = {}
+        for v in self.topo:
+            s: set[int] = set()
+            for p in preds[v]:
+                if types[p] in keep_types:
+                    s.add(p)
+                else:
+                    s |= anc[p]
+            if types[v] in keep_types:
+                kp[v] = sorted(s)
+            else:
+                anc[v] = s
+        return kp
+
+    def subset_exact(self, comps: list[list[int]], keep_types: set[int] | None = None,
+                     max_states: int = 200_000) -> int | None:
+        """Exact minimum #batches of the types ``keep_types`` (default: all batchable types) in the subgraph made
+        of the components ``comps``, dependencies through other nodes kept as transitive edges, by breadth-first
+        search over the product of per-instance automata (taking every ready node of the chosen type is never
+        worse). Restricting any schedule of the whole graph to those nodes and types gives a schedule of that
+        problem, so this never exceeds the batches of those types in the whole graph's optimum.
+        Returns None past ``max_states`` product states."""
+        if keep_types is None:
+            keep_types = set(range(1, self.ntypes))
+        keep_types = set(keep_types) - {0}
+        kp = self._kept(keep_types)
+        autos = [self._instance_automaton([v for v in c if v in kp], kp) for c in comps]
+        goal = tuple(f for _, f in autos)
+        trans = [a for a, _ in autos]
+        start = tuple(0 for _ in autos)
+        seen = {start}
+        front = [start]
+        level = 0
+        while front:
+            if goal in seen:
+                return level
+            nxt = []
+            for st in front:
+                ts: set[int] = set()
+                for tr, s in zip(trans, st):
+                    ts.update(tr[s])
+                for t in ts:
+                    ns = tuple(tr[s].get(t, s) for tr, s in zip(trans, st))
+                    if ns not in seen:
+                        seen.add(ns)
+                        nxt.append(ns)
+            if len(seen) > max_states:
+                return None
+            front = nxt
+            level += 1
+        return None  # unreachable goal: cannot happen on a DAG
+
+    def lower_bounds(self, max_states: int = 20_000, top: int = 4) -> dict[str, Any]:
+        """Every valid lower bound we compute, and the tightest (``best``).
+
+        * ``typewise``: #unbatchable + Σ_t max type-t nodes on a path (the reference's bound);
+        * ``scs``: the chain-aware bound :meth:`scs_lower_bound` (pairwise shortest common supersequence of the
+          cell chains);
+        * ``instance_exact``: the types K with ≥ 2 nodes on some path are kept; their batches number at least the
+          exact optimum (:meth:`subset_exact`) of K on small sets of instances — each instance alone, then pairs
+          and a triple of those with the largest single optimum (the whole graph when it is ≤ 3 small
+          instances); the other types add their max-on-a-path counts and unbatchable nodes one batch each. It
+          sees dependency paths between types (a word cell must run between two chain cells, a pair of chains
+          of different type sequences) that the other two bounds ignore.
+        """
+        tw = self.lower_bound()
+        scs, scs_types = self.scs_lower_bound()
+        out: dict[str, Any] = {"typewise": tw, "scs": scs, "scs_types": scs_types}
+        per_type = self._maxpath_counts(range(self.n))
+        keep = {t for t, c in per_type.items() if c >= 2}
+        inst = None
+        if keep:
+            rest = tw - sum(per_type[t] for t in keep)  # unbatchable + dropped types
+            comps = self.components()
+            whole = self.subset_exact(comps, keep, max_states) if len(comps) <= 3 else None
+            if whole is not None:
+                inst, how = whole, f"all {len(comps)} instances"
+            else:
+                singles = []
+                # the largest instances (most kept nodes) are the likely binding ones; the rest are not searched
+                kc = lambda c: sum(1 for v in c if self.types[v] in keep)  # noqa: E731
+                for c in sorted(comps, key=kc, reverse=True)[:2 * top]:
+                    v = self.subset_exact([c], keep, max_states)
+                    if v is not None:
+                        singles.append((v, len(c), c))
+                singles.sort(key=lambda x: (-x[0], -x[1]))
+                best_c = singles[:top]
+                if best_c:
+                    inst, how = best_c[0][0], "1 instance"
+                cs = [c for _, _, c in best_c]
+                subsets = [[a, b] for i, a in enumerate(cs) for b in cs[i + 1:]] + ([cs[:3]] if len(cs) >= 3 else [])
+                for sub in subsets:
+                    v = self.subset_exact(sub, keep, max_states)
+                    if v is not None and v > (inst or 0):
+                        inst, how = v, f"{len(sub)} instances"
+            if inst is not None:
+                inst += rest
+                out["instance_exact"] = inst
+                out["instance_exact_of"] = how
+                out["instance_exact_types"] = sorted(self.type_keys[t] for t in keep)
+        cands = {"typewise": tw, "scs": scs, "instance_exact": inst if inst is not None else -1}
+        out["best_source"] = max(cands, key=lambda k: (cands[k], k == "typewise"))
+        out["best"] = cands[out["best_source"]]
+        return out
 
     # --- reduced per-type graphs G_t ---------------------------------------------------------------------------
     def typewise_preds(self) -> list[list[int]]:

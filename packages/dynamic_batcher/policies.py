@@ -18,7 +18,7 @@ class Sim:
     unexecuted type-t nodes with no unexecuted type-t ancestor (in-degree 0 in the reduced graph G_t)."""
 
     __slots__ = ("g", "indeg", "frontier", "ready", "unb", "executed", "typewise", "gindeg", "gsucc", "twcnt",
-                 "done")
+                 "ran")
 
     def __init__(self, g: GraphView, typewise: bool = False):
         self.g = g
@@ -28,7 +28,7 @@ class Sim:
         self.unb: list[int] = []
         self.executed = 0
         self.typewise = False
-        self.done = bytearray(g.n)
+        self.ran: list[list[int]] = []  # executed batches (the executed set is only needed for lookahead/type-wise)
         if typewise:
             self.enable_typewise()
         for v in g.sources:
@@ -61,12 +61,21 @@ class Sim:
                 if t and not d and not done[v]:
                     tw[t] += 1
 
+    @property
+    def done(self) -> bytearray:
+        """Executed flag per node (built on demand from the executed batches)."""
+        d = bytearray(self.g.n)
+        for b in self.ran:
+            for v in b:
+                d[v] = 1
+        return d
+
     def clone(self) -> "Sim":
         """An independent copy of the frontier state (without type-wise counts), for lookahead."""
         c = Sim.__new__(Sim)
         c.g, c.indeg, c.frontier = self.g, list(self.indeg), [list(f) for f in self.frontier]
-        c.ready, c.unb, c.executed, c.typewise, c.done = set(self.ready), list(self.unb), self.executed, False, \
-            bytearray(self.done)
+        c.ready, c.unb, c.executed, c.typewise, c.ran = set(self.ready), list(self.unb), self.executed, False, \
+            list(self.ran)
         return c
 
     def _push(self, v: int) -> None:
@@ -80,9 +89,8 @@ class Sim:
     def _done(self, nodes: list[int]) -> None:
         # hot loop: everything local, no method calls per node
         indeg, succ, types, fr, ready, unb = self.indeg, self.g.succ, self.g.types, self.frontier, self.ready, self.unb
-        done = self.done
+        self.ran.append(nodes)
         for v in nodes:
-            done[v] = 1
             for s in succ[v]:
                 d = indeg[s] - 1
                 indeg[s] = d
@@ -239,6 +247,7 @@ class AgendaDepth(Agenda):
             r[d] = r.get(d, 0) + 1
         self._rem = rem
         self._heaps = [sorted(r) for r in rem]
+        self._seen: dict[int, list] = {}
 
     def _min_rem(self, t: int) -> int:
         h, r = self._heaps[t], self._rem[t]
@@ -247,8 +256,22 @@ class AgendaDepth(Agenda):
         return h[0] if h else 1 << 30
 
     def choose(self, sim: Sim, ready: list[int]) -> int:
-        dep = self._depth
-        ok = [t for t in ready if min(dep[v] for v in sim.frontier[t]) <= self._min_rem(t)]
+        # the min depth of a frontier is kept incrementally (frontier lists only grow until their type runs), the
+        # same bookkeeping as the critical-path heuristic: no O(frontier) rescan per type per step
+        dep, fr, seen = self._depth.__getitem__, sim.frontier, self._seen
+        ok = []
+        for t in ready:
+            f = fr[t]
+            c = seen.get(t)
+            if c is None or c[0] is not f:
+                c = seen[t] = [f, len(f), min(map(dep, f))]
+            elif c[1] < len(f):
+                m = min(map(dep, f[c[1]:]))
+                if m < c[2]:
+                    c[2] = m
+                c[1] = len(f)
+            if c[2] <= self._min_rem(t):
+                ok.append(t)
         return min(ok or ready, key=self._key.__getitem__)
 
     def after_step(self, sim: Sim, t: int, batch: list[int]) -> None:

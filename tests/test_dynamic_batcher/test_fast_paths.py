@@ -87,10 +87,14 @@ def test_exact_cpsat_matches_astar():
         check_schedule(g, r["schedule"])
         assert r["batches"] == len(exact_optimum(g))
     g = _graph("lattice_gru", n=2, seed=1).view()  # beyond the A* search's 62-node limit
-    r = exact_cpsat(g, time_limit=20)
+    r = exact_cpsat(g, time_limit=8)
     assert r["status"] in ("OPTIMAL", "FEASIBLE")
     check_schedule(g, r["schedule"])
-    assert g.lower_bound() <= r["bound"] <= r["batches"] <= len(make_policy("critical_path").schedule(g))
+    assert r["bound"] <= r["batches"] <= len(make_policy("critical_path").schedule(g))
+    # a proven bound below the type-wise one only means CP-SAT was stopped early (a loaded machine)
+    assert g.lower_bound() <= r["batches"] and (r["status"] != "OPTIMAL" or g.lower_bound() <= r["bound"])
+    lbs = g.lower_bounds()  # every bound we report stays below the optimum (or a feasible schedule)
+    assert lbs["typewise"] <= lbs["best"] <= r["batches"]
 
 
 def test_pq_splits_batches_that_repeat_an_argument():

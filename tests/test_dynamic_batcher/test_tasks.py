@@ -15,6 +15,10 @@ def test_config_validation_names_field():
         BenchConfig(batch=0)
     with pytest.raises(ConfigError, match=r"task.hiddens\[0\]"):
         SweepConfig(hiddens=[-1])
+    with pytest.raises(ConfigError, match="task.grid"):
+        SweepConfig(grid="diagonal")
+    with pytest.raises(ConfigError, match="task.scale"):
+        BenchConfig(scale="huge")
 
 
 def test_run_workloads_writes_tables_and_plots(tmp_path):
@@ -43,3 +47,20 @@ def test_bench_main_writes_json(tmp_path):
         assert w["throughput"][k] > 0
     assert set(w["copied_bytes"]) >= {"cells_pq", "cells_dynet"}
     assert "chain" in d["speedup_vs_best_baseline"] and doc["scale"] == "tiny"
+    lbc = w["batches"]["lower_bound_components"]
+    assert lbc["best"] == w["batches"]["lower_bound"] >= lbc["typewise"]
+    for k in ("sched_ms", "sched_policy_ms", "plan_ms", "sched_ms_cached", "exec_ms",
+              "sched_exec_speedup_vs_best_baseline"):
+        assert w[k] >= 0, k
+    assert "chain" in d["exec_speedup_vs_best_baseline"] and d["reduced"]
+
+
+def test_sweep_cross_grid(tmp_path):
+    from dynamic_batcher.tasks import sweep
+
+    out = sweep(out_dir=str(tmp_path), workloads=["treegru"], batches=[2, 3, 4], hiddens=[8, 16, 24],
+                scale="sweep")
+    assert out["points"] == 5 and out["grid"] == "cross"  # every value of each axis, not the 3 × 3 grid
+    rows = list(csv.DictReader(open(tmp_path / "sweep_speedup.csv")))
+    assert {(int(r["batch"]), int(r["hidden"])) for r in rows} == {(2, 16), (3, 16), (4, 16), (3, 8), (3, 24)}
+    assert os.path.exists(tmp_path / "sweep_speedup.png")
