@@ -176,6 +176,24 @@ def _exactness(doc: dict) -> Optional[dict]:
 
 
 # ------------------------------------------------------------------------------------------------ the spec
+
+_BATCHER_NOTE = ("schedule+plan+execute is the fair figure (DyNet records its graph in C++, our baselines record "
+                 "theirs in Python); end-to-end adds graph recording, exec-only leaves scheduling out")
+
+
+def _batcher_speedups(family: str) -> Callable[[dict], Any]:
+    """The three throughput ratios of one workload family, labelled (whichever the bench JSON has)."""
+    def f(doc: dict) -> Any:
+        out = {}
+        for label, key in (("schedule+plan+execute", "sched_exec_speedup_vs_best_baseline"),
+                           ("end-to-end", "speedup_vs_best_baseline"),
+                           ("exec-only", "exec_speedup_vs_best_baseline")):
+            v = (doc.get(key) or {}).get(family) if isinstance(doc.get(key), dict) else None
+            if is_number(v):
+                out[label] = float(v)
+        return out or None
+    return f
+
 HEADLINES: tuple[Headline, ...] = (
     # ---- fusion_perf vs TileFlow
     Headline("fusion_perf", "Exactness of the modelled data movement",
@@ -261,11 +279,13 @@ HEADLINES: tuple[Headline, ...] = (
     # ---- dynamic_batcher vs ED-Batch
     Headline("dynamic_batcher", "Throughput vs the best DyNet baseline, chain workloads (geomean)",
              "1.15× (chain, average)", "average throughput speedups 1.15× (chain)",
-             keys=("speedup_vs_best_baseline.chain",), unit="x"),
+             compute=_batcher_speedups("chain"), unit="x", note=_BATCHER_NOTE),
     Headline("dynamic_batcher", "Throughput vs the best DyNet baseline, tree workloads (geomean)",
-             "1.39× (tree, average)", "1.39× (tree)", keys=("speedup_vs_best_baseline.tree",), unit="x"),
+             "1.39× (tree, average)", "1.39× (tree)",
+             compute=_batcher_speedups("tree"), unit="x", note=_BATCHER_NOTE),
     Headline("dynamic_batcher", "Throughput vs the best DyNet baseline, lattice workloads (geomean)",
-             "2.45× (lattice, average)", "2.45× (lattice)", keys=("speedup_vs_best_baseline.lattice",), unit="x"),
+             "2.45× (lattice, average)", "2.45× (lattice)",
+             compute=_batcher_speedups("lattice"), unit="x", note=_BATCHER_NOTE),
     # ---- offload_trainer vs LSP-Offload
     Headline("offload_trainer", "Iteration time: LSP vs ZeRO-Offload (modelled, per case)",
              "about 0.5× ZeRO-Offload", "Per-iteration latency about 0.5× ZeRO-Offload",
