@@ -51,6 +51,10 @@ class LSPConfig:
     """Held-out calibration batches whose accumulated gradient the projectors are fitted to."""
     initial_fit: bool = True
     """Fit the projectors before the first step (else start from the random count-sketch values)."""
+    fit_per_module: bool = True
+    """Initial fit: each module's projectors on its own calibration gradient (True; the reference's per-module
+    refinement) or one fit per weight shape copied to every layer of that shape (False; cheaper, but the gradients
+    of different layers share little of their subspaces, so the shared fit barely beats random values)."""
     weight_dtype: str = "bfloat16"
     """Dtype of the frozen weights on the compute device."""
     overlap: bool = True

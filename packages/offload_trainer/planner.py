@@ -223,9 +223,18 @@ class PlanParams:
     """Measured CPU Adam throughput (elements/s, full fp32 Adam); None = memory-bound on the host DRAM."""
     update_chunk_elems: int = 1 << 22
     """Row-chunk of the m×n update P Δ Qᵀ materialised at once on the accelerator."""
+    update_bytes_per_elem: int = 4
+    """DRAM bytes per weight element of the LSP update W ← W − η P Δ Qᵀ: 4 for a fused in-place kernel (read and
+    write bf16 W; P Δ Qᵀ formed tile by tile on chip), which is what the reference's measured 1 ms/layer for
+    llama-7B's 202 M weights at ~1 TB/s implies; 12 for this package's row-chunked version (an fp32 chunk written
+    and read back)."""
+    zero_sync_step: bool = True
+    """ZeRO-Offload (not delayed): the next forward starts only after the whole CPU optimizer step and its uploads
+    (DeepSpeed's ``engine.step()`` returns after the fp16 parameters are back; the reference's Fig. 3a). False:
+    each block's forward may start as soon as its own parameters are back."""
 
     def __post_init__(self) -> None:
-        for f in ("d", "r", "update_chunk_elems"):
+        for f in ("d", "r", "update_chunk_elems", "update_bytes_per_elem"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise PlannerError(f"plan.{f}", f"must be an integer >= 1, got {v!r}", v)
@@ -317,8 +326,8 @@ def layer_times(spec: ModelSpec, batch: int, seq: int, mach: Machine, p: PlanPar
     compress = sum((t * i * 2 + t * o * 2 + 2 * t * p.d * 4) / bw_gpu + 2 * t * p.d * p.d / peak
                    for _, o, i in shapes)
     bwd_lsp = lin + 2 * other + compress
-    # update W ← W − η P Δ Qᵀ: read/write bf16 W, write+read the fp32 chunk: memory-bound
-    upd = sum((o * i * (2 + 2 + 4 + 4)) / bw_gpu + 2 * o * i * p.r / peak for _, o, i in shapes)
+    # update W ← W − η P Δ Qᵀ: memory-bound (update_bytes_per_elem: fused in-place, or the chunked fp32 form)
+    upd = sum((o * i * p.update_bytes_per_elem) / bw_gpu + 2 * o * i * p.r / peak for _, o, i in shapes)
     lp = spec.layer_params
     gpu_adam = lp * 32 / bw_gpu  # read p32, g, m, v; write p32, m, v, p16
     # host: full fp32 Adam ≈ 30 B/element of DRAM traffic (read p, m, v, g16; write p, m, v, p16)
@@ -366,7 +375,8 @@ def simulate(method: str, spec: ModelSpec, batch: int, seq: int, mach: Machine, 
                 sim.task(("upd", it - 1, l), "gpu", lt["lsp_update"], (("h2d", it - 1, l),))
             if method == "zero_offload" and it > 0:
                 src = it - 2 if delayed else it - 1  # delayed update: one-step stale parameters
-                deps = (("h2d", src, l),) if src >= 0 else ()
+                # synchronous step: every block waits for the last upload (block L-1 goes up last)
+                deps = (("h2d", src, L - 1 if (p.zero_sync_step and not delayed) else l),) if src >= 0 else ()
             sim.task(("fwd", it, l), "gpu", lt["fwd"], deps)
         sim.task(("head", it), "gpu", head)
         for l in range(L - 1, -1, -1):

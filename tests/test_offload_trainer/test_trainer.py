@@ -140,3 +140,21 @@ def test_projector_check_refits_only_above_alpha():
     assert lo.train()["refits"] == n  # one check (step 2), every layer above the threshold
     assert any(not torch.equal(b, lay.P.val) for b, lay in zip(before, lo.layers))
     lo.close()
+
+
+def test_initial_fit_per_module_or_per_shape():
+    per = Trainer(_cfg("lsp", steps=1, lsp={"fit_steps": 20}))
+    shared = Trainer(_cfg("lsp", steps=1, lsp={"fit_steps": 20, "fit_per_module": False}))
+    try:
+        g = per.calibration_grads()
+        e_per = sum(per.projection_errors(g))
+        e_shared = sum(shared.projection_errors(g))
+        assert e_per <= e_shared + 1e-6  # each module fitted on its own gradient is at least as good
+        # the shared fit copies one shape's values to every layer of that shape
+        same = [lay for lay in shared.layers if tuple(lay.weight.shape) == tuple(shared.layers[0].weight.shape)]
+        assert all(torch.equal(same[0].P.val, lay.P.val) for lay in same)
+        assert not all(torch.equal(per.layers[0].P.val, lay.P.val) for lay in per.layers[1:]
+                       if tuple(lay.weight.shape) == tuple(per.layers[0].weight.shape))
+    finally:
+        per.close()
+        shared.close()
