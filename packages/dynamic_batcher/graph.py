@@ -265,18 +265,10 @@ class GraphView:
         if not cand or len(cand) > max_types:
             return lb, []
         per_type = self._maxpath_counts(range(self.n))
-        root = list(range(self.n))
-
-        def find(x: int) -> int:
-            while root[x] != x:
-                root[x] = root[root[x]]
-                x = root[x]
-            return x
-
-        for v, ps in enumerate(self.preds):
-            for p in ps:
-                root[find(v)] = find(p)
-        comp = [find(v) for v in range(self.n)]
+        comp = [0] * self.n  # instance (weakly connected component) of each node
+        for c, nodes in enumerate(self.components()):
+            for v in nodes:
+                comp[v] = c
         best, best_s = lb, []
         for r in range(1, len(cand) + 1):
             for S in itertools.combinations(cand, r):

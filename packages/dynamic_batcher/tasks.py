@@ -48,48 +48,46 @@ def _rows(ws: list[dict], extra: dict | None = None) -> tuple[list[dict], list[d
     return tp, bt
 
 
+def _grouped_bars(plt, names: list[str], series: dict[str, list[float]], ylabel: str, title: str, path: str,
+                  log: bool = False, hlines: tuple = ()) -> str:
+    """One group of bars per workload, one bar per series; ``hlines``: (y, kwargs) reference lines."""
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(names) + 2), 4))
+    wd = 0.8 / len(series)
+    for i, (label, ys) in enumerate(series.items()):
+        ax.bar([j + i * wd for j in range(len(names))], ys, wd, label=label)
+    for y, kw in hlines:
+        ax.axhline(y, **kw)
+    ax.set_xticks([j + 0.4 - wd / 2 for j in range(len(names))], names, rotation=20)
+    ax.set_ylabel(ylabel)
+    if log:
+        ax.set_yscale("log")
+    ax.set_title(title)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _plot(ws: list[dict], out_dir: str, tag: str = "") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    files = []
     names = [w["name"] for w in ws]
     variants = ["fsm_pq", "dynet_depth", "dynet_agenda", "dynet_agenda_depth", "dynet_depth_blocks",
                 "dynet_agenda_blocks", "no_batching", "eager_pytorch"]
-    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(ws) + 2), 4))
-    wd = 0.8 / len(variants)
-    for i, v in enumerate(variants):
-        ax.bar([j + i * wd for j in range(len(ws))], [w["throughput"].get(v, 0) for w in ws], wd, label=v)
-    ax.set_xticks([j + 0.4 - wd / 2 for j in range(len(ws))], names, rotation=20)
-    ax.set_ylabel("instances / s")
-    ax.set_yscale("log")
-    ax.set_title(f"throughput per policy {tag}")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    f = os.path.join(out_dir, f"throughput{tag}.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    files.append(f)
     pols = ["fsm", "typewise_lb", "dynet_depth", "dynet_agenda", "dynet_agenda_depth"]
-    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(ws) + 2), 4))
-    wd = 0.8 / len(pols)
-    for i, p in enumerate(pols):
-        ax.bar([j + i * wd for j in range(len(ws))], [w["batches"][p] / w["batches"]["lower_bound"] for w in ws],
-               wd, label=p)
-    ax.axhline(1.0, color="k", lw=0.8)
-    ax.axhline(1.05, color="r", lw=0.8, ls="--", label="1.05 × LB")
-    ax.set_xticks([j + 0.4 - wd / 2 for j in range(len(ws))], names, rotation=20)
-    ax.set_ylabel("batches / lower bound")
-    ax.set_title(f"batches vs lower bound {tag}")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    fig.tight_layout()
-    f = os.path.join(out_dir, f"batches_vs_lb{tag}.png")
-    fig.savefig(f, dpi=110)
-    plt.close(fig)
-    files.append(f)
-    return files
+    return [
+        _grouped_bars(plt, names, {v: [w["throughput"].get(v, 0) for w in ws] for v in variants}, "instances / s",
+                      f"throughput per policy {tag}", os.path.join(out_dir, f"throughput{tag}.png"), log=True),
+        _grouped_bars(plt, names, {p: [w["batches"][p] / w["batches"]["lower_bound"] for w in ws] for p in pols},
+                      "batches / lower bound", f"batches vs lower bound {tag}",
+                      os.path.join(out_dir, f"batches_vs_lb{tag}.png"),
+                      hlines=((1.0, dict(color="k", lw=0.8)),
+                              (1.05, dict(color="r", lw=0.8, ls="--", label="1.05 × LB")))),
+    ]
 
 
 def run_workloads(hardware: Any = None, workload: Any = None, out_dir: str = ".", **params) -> dict:

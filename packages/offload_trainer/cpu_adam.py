@@ -82,7 +82,6 @@ void lsp_adam_param(float* restrict p, float* restrict m, float* restrict v, con
 # -fopenmp first; a compiler without OpenMP still gets a vectorised single-threaded kernel
 _FLAG_SETS = (["-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC"],
               ["-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-shared", "-fPIC"])
-_FLAGS = _FLAG_SETS[0]
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
 _lib_error: Optional[str] = None

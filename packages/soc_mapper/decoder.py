@@ -13,9 +13,11 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+from shared_ir.graph import gc_paused
+
 from .cost import CostTable
 from .profile import add as prof_add
-from .profile import copy_profile, horizon, new_profile, no_gc
+from .profile import copy_profile, horizon, new_profile
 from .profile import earliest as prof_earliest
 from .profile import fold as prof_fold
 from .simulator import Plan
@@ -136,7 +138,7 @@ def decode(order: Sequence[int], ctx: DecodeContext, barriers: bool = False
     the best chain ending just before the window's last layer (dp[i−1]): one lookup per step instead of one per
     (step, window size), which keeps the group statistics incremental as the window grows (the simulator judges
     the result). Accelerators are usage profiles (:mod:`soc_mapper.profile`), copied on write along the chain."""
-    with no_gc():
+    with gc_paused():
         return _decode(order, ctx, barriers)
 
 

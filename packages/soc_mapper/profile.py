@@ -8,9 +8,7 @@ place tasks this way (insertion into gaps), so their estimates agree.
 """
 from __future__ import annotations
 
-import gc
 from bisect import bisect_left, bisect_right
-from contextlib import contextmanager
 
 Profile = tuple[list[float], list[int], list[int]]
 
@@ -89,17 +87,3 @@ def fold(pr: Profile, keep: int) -> float | None:
 def horizon(pr: Profile) -> float:
     """When the last task on it ends (0 if none)."""
     return pr[0][-1] if pr[0] else 0.0
-
-
-@contextmanager
-def no_gc():
-    """Pause the cyclic garbage collector: decoding and simulating allocate many short-lived lists, and each
-    full collection would rescan every object of the process (the traced graphs too), which cost up to half of
-    a decode of mixed3. Nothing they allocate forms cycles."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
+
+from shared_ir.graph import gc_paused
 
 from .cost import CostTable
 from .errors import MapperError
 from .profile import add as prof_add
 from .profile import earliest as prof_earliest
-from .profile import new_profile, no_gc
+from .profile import new_profile
 from .soc import SoC
 from .workload import Workload
 
@@ -190,7 +192,7 @@ def simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable, validate: bool 
     """Start/finish times, latency, energy and PE occupancy of a plan."""
     if validate:
         validate_plan(plan, w, soc, cost)
-    with no_gc():
+    with gc_paused():
         return _simulate(plan, w, soc, cost)
 
 
@@ -216,25 +218,29 @@ def _simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable) -> Result:
     return Result(makespan, energy, occ, start, finish, stream, busy, plan.algorithm)
 
 
-def phase_energy(start: np.ndarray, finish: np.ndarray, power: np.ndarray) -> float:
-    """Σ over elementary intervals between events of length × max power of the tasks active in it."""
+def _phases(start: np.ndarray, finish: np.ndarray, power: np.ndarray) -> Iterator[tuple[float, int]]:
+    """The elementary intervals between events: (length, task of highest power active in it); idle ones skipped."""
     ev = sorted([(float(s), 1, i) for i, s in enumerate(start)] + [(float(f), 0, i) for i, f in enumerate(finish)])
     heap: list[tuple[float, int]] = []
     alive: set[int] = set()
-    energy, last = 0.0, None
+    last = None
     for t, kind, i in ev:
         if last is not None and t > last:
             while heap and heap[0][1] not in alive:
                 heapq.heappop(heap)
             if heap:
-                energy += (t - last) * -heap[0][0]
+                yield t - last, heap[0][1]
         last = t
         if kind == 1:
             alive.add(i)
             heapq.heappush(heap, (-float(power[i]), i))
         else:
             alive.discard(i)
-    return energy
+
+
+def phase_energy(start: np.ndarray, finish: np.ndarray, power: np.ndarray) -> float:
+    """Σ over elementary intervals between events of length × max power of the tasks active in it."""
+    return sum(dt * float(power[k]) for dt, k in _phases(start, finish, power))
 
 
 def energy_breakdown(plan: Plan, res: Result, w: Workload, soc: SoC, cost: CostTable) -> dict:
@@ -250,33 +256,17 @@ def energy_breakdown(plan: Plan, res: Result, w: Workload, soc: SoC, cost: CostT
     power = cost.power[idx, acc] if L else np.zeros(0)
     static = cost.power_static[idx, acc] if cost.power_static is not None else np.zeros(L)
     share = cost.mac_share[idx, acc] if cost.mac_share is not None else np.ones(L)
-    ev = sorted([(float(s), 1, i) for i, s in enumerate(res.start)] + [(float(f), 0, i) for i, f in
-                                                                         enumerate(res.finish)])
-    heap: list[tuple[float, int]] = []
-    alive: set[int] = set()
     parts = {"static_j": 0.0, "mac_j": 0.0, "buffer_j": 0.0}
     by_kind: dict[str, float] = {}
-    active, last = 0.0, None
-    for t, kind, i in ev:
-        if last is not None and t > last:
-            while heap and heap[0][1] not in alive:
-                heapq.heappop(heap)
-            if heap:
-                k = heap[0][1]
-                dt = t - last
-                active += dt
-                dyn = power[k] - static[k]
-                parts["static_j"] += dt * static[k]
-                parts["mac_j"] += dt * dyn * share[k]
-                parts["buffer_j"] += dt * dyn * (1 - share[k])
-                df = soc.accs[pl[k]].dataflow
-                by_kind[df] = by_kind.get(df, 0.0) + dt * power[k]
-        last = t
-        if kind == 1:
-            alive.add(i)
-            heapq.heappush(heap, (-float(power[i]), i))
-        else:
-            alive.discard(i)
+    active = 0.0
+    for dt, k in _phases(res.start, res.finish, power):
+        active += dt
+        dyn = power[k] - static[k]
+        parts["static_j"] += dt * static[k]
+        parts["mac_j"] += dt * dyn * share[k]
+        parts["buffer_j"] += dt * dyn * (1 - share[k])
+        df = soc.accs[pl[k]].dataflow
+        by_kind[df] = by_kind.get(df, 0.0) + dt * power[k]
     moved = sum(b for (u, v), b in w.edge_bytes.items() if pl[u] != pl[v])
     link_s = sum(b / soc.bandwidth[pl[u], pl[v]] for (u, v), b in w.edge_bytes.items() if pl[u] != pl[v])
     return {**parts, "active_s": active, "idle_s": max(0.0, res.latency - active),
