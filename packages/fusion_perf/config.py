@@ -22,7 +22,8 @@ class DSEConfig:
     shapes: Optional[list[str]] = None
     """Shape names (``fusion_perf.dse.ATTENTION_SHAPES`` / ``CONV_SHAPES``); null = all."""
     templates: list[str] = field(default_factory=lambda: list(TEMPLATES))
-    """Fusion templates to search (layerwise, flat_hgran, flat_rgran, chimera, fused, tileflow; ``flat`` = flat_rgran)."""
+    """Fusion templates to search (layerwise, flat_hgran, flat_hgran_split, flat_rgran, chimera, fused, tileflow;
+    ``flat`` = flat_rgran)."""
     iterations: int = 24
     """MCTS iterations per template (split over ``restarts`` runs)."""
     rollouts: int = 256

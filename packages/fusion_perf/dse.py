@@ -65,8 +65,9 @@ def describe(tree: Any) -> str:
     return "single op"
 
 
-# baselines the best dataflow is compared with (``flat`` = the old name of ``flat_rgran``, kept for old configs)
-REFERENCES = ("layerwise", "flat_hgran", "flat_rgran", "flat")
+# baselines the best dataflow is compared with (``flat`` = the old name of ``flat_rgran``, kept for old configs;
+# ``flat_hgran_split`` = FLAT-HGran with one head's rows spread over the buffer instances, stronger than published)
+REFERENCES = ("layerwise", "flat_hgran", "flat_hgran_split", "flat_rgran", "flat")
 
 
 def compare(problem: Problem, arch: Any, templates: Sequence[str] = TEMPLATES, iterations: int = 24,

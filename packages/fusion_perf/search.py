@@ -5,13 +5,18 @@ The templates build mapping trees with free factors for a producer→(elementwis
 * ``layerwise`` — each op tiled on its own under a Sequential root; intermediates go through DRAM.
 * ``flat_rgran`` (alias ``flat``) — FLAT at row granularity (FLAT-RGran): only the outer non-reduction dims
   (batch, rows ``m``) are shared above a Sequential scope; a full row block of the intermediate stays on chip.
-* ``flat_hgran`` — FLAT at head granularity (FLAT-HGran, the baseline of TileFlow's attention figure): only the
-  batch/head dims (shared dims that index every tensor of every op) are shared above a Sequential scope, so the
-  whole ``M x L`` score/softmax tile of one head is produced and consumed on chip (tiled below, spread over the
-  on-chip buffer instances). When one head's intermediates cannot fit on chip (no feasible completion), FLAT cannot
-  fuse at that granularity; what it then executes is the same head-granular schedule with the intermediates
-  spilled to DRAM (each head's ``S``/``P`` written and read back), so :func:`search_template` falls back to that
-  tree (same budget again) and marks it in ``SearchResult.variant`` (``"on_chip"`` or ``"spilled"``).
+* ``flat_hgran`` — FLAT at head granularity (FLAT-HGran, the baseline of TileFlow's attention figure), laid out as
+  TileFlow's published FLAT mapping (tests/cases/13-test-attention/map/flat.yaml: a spatial tile over the batch and
+  head dims above each op's L1 tiles): only the batch/head dims (shared dims that index every tensor of every op) are
+  shared above a Sequential scope and the heads are spread over the on-chip buffer instances, so the whole ``M x L``
+  score/softmax tile of one head is produced and consumed inside one buffer instance. When one head's intermediates
+  cannot fit (no feasible completion), FLAT cannot fuse at that granularity; what it then executes is the same
+  head-granular schedule with the intermediates spilled to DRAM (each head's ``S``/``P`` written and read back), so
+  :func:`search_template` falls back to that tree (same budget again) and marks it in ``SearchResult.variant``
+  (``"on_chip"`` or ``"spilled"``).
+* ``flat_hgran_split`` — a stronger FLAT-HGran than the published one, reported beside it: one head's rows are split
+  over the buffer instances (above the scope, or inside each op's branch), so "a head fits" means it fits the
+  chip's buffers together; same spill fallback.
 * ``chimera`` — Chimera-like: every shared dim (incl. the consumer's reduction ``l``) is tiled above a Sharing
   scope, so the consumer's output accumulates on chip across the shared loops.
 * ``fused`` — fully fused: shared loops above a Sequential scope, intermediates on chip.
@@ -48,7 +53,7 @@ from .mapping import Node, OpLeaf, Scope, Tile, substitute
 from .model import Compiled, compile_tree
 from .problem import Problem
 
-TEMPLATES = ("layerwise", "flat_hgran", "flat_rgran", "chimera", "fused", "tileflow")
+TEMPLATES = ("layerwise", "flat_hgran", "flat_hgran_split", "flat_rgran", "chimera", "fused", "tileflow")
 # older config names still accepted (``flat`` was the row-granularity FLAT template)
 ALIASES = {"flat": "flat_rgran"}
 
@@ -204,7 +209,7 @@ class SearchResult:
     template: str = ""
     history: list = field(default_factory=list)
     variant: str = ""
-    """Template variant searched (``flat_hgran``: ``on_chip`` or ``spilled``; empty otherwise)."""
+    """Template variant searched (``flat_hgran``/``flat_hgran_split``: ``on_chip`` or ``spilled``; empty otherwise)."""
 
 
 class _MNode:
@@ -710,7 +715,7 @@ def template(problem: Problem, arch: Any, name: str, perm: Sequence[str] | None 
     if name == "flat_rgran":
         top = [d for d in shared if d not in last.reduction_dims]
         scope = "sequential"
-    elif name == "flat_hgran":
+    elif name in ("flat_hgran", "flat_hgran_split"):
         top = batch_dims(problem)
         scope = "sequential"
         if spill:
@@ -724,11 +729,16 @@ def template(problem: Problem, arch: Any, name: str, perm: Sequence[str] | None 
         top = [d for d in perm if d in top] + [d for d in top if d not in perm]
     branches = []
     if spatial_root is None:
-        spatial_root = name == "flat_hgran"
+        spatial_root = name in ("flat_hgran", "flat_hgran_split")
     bd = batch_dims(problem)
-    # FLAT-HGran: one head is spread over the on-chip buffer instances (rows split spatially above the scope), so
-    # "the head fits on chip" means it fits the chip's buffers together, not one instance
-    rows = [d for d in shared if d not in bd and d not in last.reduction_dims][:2] if spatial_root else []
+    if name == "flat_hgran":
+        # TileFlow's FLAT mapping: the heads (not one head's rows) are spread over the buffer instances, so one
+        # head's S/P must fit one instance
+        rows = list(bd)
+    else:
+        # flat_hgran_split and the rest: one block's rows split over the instances above the scope, so "the head fits
+        # on chip" means it fits the chip's buffers together, not one instance
+        rows = [d for d in shared if d not in bd and d not in last.reduction_dims][:2] if spatial_root else []
     for o in order:
         priv = [d for d in problem.op_dims(o) if d not in top]
         branches.append(_branch(problem, arch, o, o, priv, inter, top_spatial=not rows))
@@ -749,7 +759,8 @@ def search_template(problem: Problem, arch: Any, name: str, iterations: int = 15
         out = []
         # both placements of the split over buffer instances (inside each branch / above the scope), for every
         # fused template alike; the layer-by-layer template has no scope-level loops
-        for sr in ((None,) if canonical(name) == "layerwise" else (True, False)):
+        # (FLAT-HGran as published has one placement: heads over the instances above the scope)
+        for sr in ((None,) if canonical(name) in ("layerwise", "flat_hgran") else (True, False)):
             base = template(problem, arch, name, spill=spill, spatial_root=sr)
             if permutations and isinstance(base, Tile) and len(base.loops) > 1:
                 dims = [d for d, _ in base.loops]
@@ -764,7 +775,7 @@ def search_template(problem: Problem, arch: Any, name: str, iterations: int = 15
         return list(uniq.values())
 
     variant = ""
-    if canonical(name) == "flat_hgran":
+    if canonical(name) in ("flat_hgran", "flat_hgran_split"):
         variant = "on_chip"
         try:
             r = search(problem, arch, trees_of(False), objective, iterations, rollouts, seed, **search_kw)

@@ -16,7 +16,7 @@ from .mapping import dump_mapping
 from .model import evaluate
 
 # baselines reported per shape and as geomeans (``flat``: the old name of ``flat_rgran``, when a config uses it)
-REFS = ("layerwise", "flat_hgran", "flat_rgran", "flat")
+REFS = ("layerwise", "flat_hgran", "flat_hgran_split", "flat_rgran", "flat")
 
 
 def _run(kind: str, hardware: Any, out_dir: str, cfg: DSEConfig) -> dict:

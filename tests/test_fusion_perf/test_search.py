@@ -203,11 +203,13 @@ def test_flat_hgran_shares_only_heads_and_spills_when_a_head_does_not_fit():
     from fusion_perf.search import batch_dims
 
     arch = load_arch("edge_accel")
-    small = attention(4, 64, 16, 64, 16)   # one head's S and P fit the L1 buffers
+    small = attention(4, 64, 16, 64, 16)   # one head's S and P fit one L1 buffer
     big = attention(2, 512, 64, 512, 64)   # 512x512 scores per head: no on-chip level holds them
     assert batch_dims(small) == ["b"]
-    # temporal loops above the scope over the heads only; the row split over buffer instances is spatial
-    assert _root_loops(template(small, arch, "flat_hgran")) == [("temporal", ["b"]), ("spatial", ["m"])]
+    # temporal loops above the scope over the heads only; the heads are spread over the buffer instances (TileFlow's
+    # map/flat.yaml); the split variant spreads one head's rows instead
+    assert _root_loops(template(small, arch, "flat_hgran")) == [("temporal", ["b"]), ("spatial", ["b"])]
+    assert _root_loops(template(small, arch, "flat_hgran_split")) == [("temporal", ["b"]), ("spatial", ["m"])]
     assert [d for _, d in _root_loops(template(small, arch, "flat_rgran"))][0] == ["b", "m"]
     r = search_template(small, arch, "flat_hgran", iterations=8, rollouts=32, top_k=2)
     assert r.variant == "on_chip"
@@ -215,6 +217,17 @@ def test_flat_hgran_shares_only_heads_and_spills_when_a_head_does_not_fit():
     r = search_template(big, arch, "flat_hgran", iterations=8, rollouts=32, top_k=2)
     assert r.variant == "spilled"   # FLAT cannot fuse at head granularity here: S/P go through DRAM
     assert {"S", "P"} <= set(evaluate(big, arch, r.tree).level("dram").tensors)
+
+
+def test_flat_hgran_needs_a_head_in_one_buffer_the_split_variant_in_all_four():
+    arch = load_arch("edge_accel")
+    # ViT-x/16 sized head: S is 208x208 16-bit words = 84.5 KiB > one 64 KiB L1, < the four together
+    p = attention(4, 208, 64, 208, 64)
+    kw = dict(iterations=4, rollouts=32, top_k=2, restarts=1)
+    pub = search_template(p, arch, "flat_hgran", **kw)
+    split = search_template(p, arch, "flat_hgran_split", **kw)
+    assert (pub.variant, split.variant) == ("spilled", "on_chip")
+    assert split.cycles < pub.cycles
 
 
 def test_flat_alias_is_row_granularity():
