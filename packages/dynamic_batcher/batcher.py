@@ -128,16 +128,25 @@ class Batcher(Ops):
         if res is None:
             raise BatcherError(f"value {v!r} was never computed")
         store, loc_b, loc_r = res
-        t = store[loc_b[v.node]][v.out][loc_r[v.node]]
+        t = store[int(loc_b[v.node])][v.out][int(loc_r[v.node])]  # locations may be numpy arrays
         v._t = t
         return t
 
     # --- flushing -------------------------------------------------------------------------------------------
     def flush(self) -> None:
         """Schedule, plan and run everything recorded so far."""
-        g = self.g
-        if g.n == 0:
+        if self.g.n == 0:
             return
+        from shared_ir.graph import gc_paused
+
+        # the cyclic collector is paused during a flush (every policy alike): a flush allocates few Python objects,
+        # and a collection triggered inside it is paid for the recording's garbage; it runs at the next
+        # allocations instead (end-to-end times include it either way)
+        with gc_paused():
+            self._flush()
+
+    def _flush(self) -> None:
+        g = self.g
         t0 = CLOCK[0]()
         self.times.build_s += t0 - self._t_start
         key = g.structure_key() if self.cache_on else None

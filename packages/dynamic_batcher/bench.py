@@ -28,7 +28,7 @@ from typing import Any
 from .batcher import Batcher
 from .ir import Eager
 from .policies import DYNET_BASELINES, exact_optimum, make_policy
-from .rl import ENCODINGS, FSMPolicy, QConfig
+from .rl import ENCODINGS, REFERENCE_ENCODINGS, FSMPolicy, QConfig
 from .workloads import FAMILIES, make_workload
 
 SCALES = {
@@ -38,19 +38,22 @@ SCALES = {
     "sweep": dict(repeats=1, minibatches=1, episodes=50, slow_repeats=0, exact_cases=(), exact_seconds=5.0,
                   ablations=False, bounds=False, rollout=False, encodings=("set",), copies=False),
     "tiny": dict(repeats=3, minibatches=2, episodes=100, slow_repeats=0, exact_cases=((2, 6),), exact_seconds=5.0,
-                 ablations=False, bounds=True, rollout=False, encodings=ENCODINGS),
+                 ablations=False, bounds=True, rollout=False, encodings=REFERENCE_ENCODINGS, exact_episodes=200),
     "small": dict(repeats=5, minibatches=3, episodes=300, slow_repeats=1,
-                  exact_cases=((2, 12), (3, 12), (4, 10)), exact_seconds=10.0, ablations=True, bounds=True,
-                  rollout=True, encodings=ENCODINGS),
+                  exact_cases=((2, 12), (3, 12), (4, 10), (8, 12)), exact_seconds=20.0, ablations=True, bounds=True,
+                  rollout=True, encodings=ENCODINGS, exact_episodes=1000),
     "full": dict(repeats=20, minibatches=10, episodes=1000, slow_repeats=3,
-                 exact_cases=((2, 12), (2, 20), (3, 12), (4, 10), (4, 14), (6, 10)), exact_seconds=60.0,
-                 ablations=True, bounds=True, rollout=True, encodings=ENCODINGS),
+                 exact_cases=((2, 12), (2, 20), (3, 12), (4, 10), (4, 14), (6, 10), (8, 12), (12, 12)),
+                 exact_seconds=60.0,
+                 ablations=True, bounds=True, rollout=True, encodings=ENCODINGS, exact_episodes=1000),
 }
 REDUCED = {  # what a scale leaves out against --scale full (stated in the JSON)
     "sweep": "1 timed minibatch after a warm-up, 50 RL episodes, 'set' encoding only, no ablations, "
              "no exact/rollout/instance bound, no copy counts",
-    "tiny": "3 timed minibatches, 100 RL episodes, no ablation variants, no rollout, one exact case",
-    "small": "5 timed minibatches (not 20), 300 RL episodes (not 1000), exact cases up to 4 x 10 chars, 10 s CP-SAT",
+    "tiny": "3 timed minibatches, 100 RL episodes, the reference's 3 encodings, no ablation variants, no rollout, "
+            "one exact case",
+    "small": "5 timed minibatches (not 20), 300 RL episodes on the 32-instance graphs (not 1000; 1000 on the exact "
+             "lattice cases), exact cases up to 8 x 12 chars (not 12 x 12), 20 s CP-SAT (not 60 s)",
     "full": "",
 }
 
@@ -114,8 +117,16 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
         fsms[enc] = p
         train[enc] = {"episodes": st.episodes, "seconds": round(st.seconds, 3), "batches": st.best_batches,
                       "fallback_batches": st.fallback_batches, "states_seen": st.states_seen,
+                      "table_rows": st.table_rows,
                       "fallback": st.fallback}
-    best_enc = min(encs, key=lambda e: (train[e]["batches"], encs.index(e)))
+    # the encoding is chosen on held-out minibatches (validation: a table that only describes the training graph
+    # does not win), ties in the order of ENCODINGS (the reference's first); without held-out minibatches (sweep)
+    # on the training graph
+    held = [_graph(wl, mb, "block") for mb in mbs[1:]]
+    for enc in encs:
+        train[enc]["heldout_batches"] = sum(len(fsms[enc].schedule(g)) for g in held) if held else None
+    best_enc = min(encs, key=lambda e: (train[e]["heldout_batches"] if held else train[e]["batches"],
+                                        encs.index(e)))
     fsm = fsms[best_enc]
     if policy_dir:
         fsm.save(os.path.join(policy_dir, f"fsm-{name}.json"))
@@ -139,12 +150,16 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
         batches[pol] = len(make_policy(pol).schedule(g0))
     # the same minibatch's other graphs, with the table trained on the first (generalisation)
     gen = []
-    for mb in mbs[1:]:
-        g = _graph(wl, mb, "block")
+    for g in held:
         fsm.lookups = fsm.misses = 0
-        nb = len(fsm.schedule(g))
+        sched = fsm.schedule(g)
+        nb = len(sched)
+        # do the states of an unseen minibatch recur? (share of its decision states visited while learning)
+        vs = fsm.visited_states(g, sched)
         gen.append({"typewise_lower_bound": g.lower_bound(), "fsm": nb, "fsm_table_misses": fsm.misses,
-                    "fsm_lookups": fsm.lookups, "typewise_lb": len(make_policy("typewise_lb").schedule(g))})
+                    "fsm_lookups": fsm.lookups, "fsm_table_rows": fsm.stats.table_rows,
+                    "fsm_states_seen_in_training": round(sum(s in fsm.stats.visited for s in vs) / max(1, len(vs)), 3),
+                    "typewise_lb": len(make_policy("typewise_lb").schedule(g))})
     batches["other_minibatches"] = gen
     gi = _graph(wl, mbs[0], "inline") if sc.get("copies", True) else None  # sweep: the timed runs suffice
     batches["inlined"] = None if gi is None else {"lower_bound": gi.lower_bound(), "nodes": gi.n,
@@ -168,7 +183,7 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     if FAMILIES[name] == "lattice":
         if sc["rollout"] and g0.n <= 8000:  # |ready| full simulations per decision: ~1 s at batch 32
             batches["rollout"] = len(make_policy("rollout").schedule(g0))
-        batches["exact_small"] = _lattice_exact(wl, best_enc, sc, seed, log)
+        batches["exact_small"] = _lattice_exact(wl, encs, sc, seed, log)
     res["batches"] = batches
     log(f"[{name}] nodes={g0.n} LB={lb} fsm={batches['fsm']} ({best_enc}) typewise={batches['typewise_lb']} "
         + " ".join(f"{p}={batches[p]}" for p in DYNET_BASELINES) + f" | small: exact={batches['small_graph']['exact']} "
@@ -267,16 +282,20 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     return res
 
 
-def _lattice_exact(wl, enc: str, sc: dict, seed: int, log=print) -> list[dict[str, Any]]:
+def _lattice_exact(wl, encs: tuple, sc: dict, seed: int, log=print) -> list[dict[str, Any]]:
     """Exact optimum (CP-SAT, OPTIMAL or the proven bound) vs lower bounds and policies on small lattice
-    minibatches (k instances of L characters)."""
+    minibatches (k instances of L characters). The FSM is trained on the graph it schedules (as the reference
+    trains on its first minibatch), with every encoding and the reference's episode budget; the best is kept."""
     from .exact_cp import exact_cpsat
 
     rows = []
     for k, L in sc["exact_cases"]:
         gs = _graph(wl, wl.minibatch(random.Random(seed + 7), k, L), "block")
-        fs = FSMPolicy(enc)
-        fs.train(gs, QConfig(max_episodes=min(200, sc["episodes"]), seed=seed))
+        per_enc = {}
+        for enc in encs:
+            fs = FSMPolicy(enc)
+            fs.train(gs, QConfig(max_episodes=sc.get("exact_episodes", 200), seed=seed))
+            per_enc[enc] = len(fs.schedule(gs))
         r = exact_cpsat(gs, time_limit=sc["exact_seconds"], workers=1, seed=seed)
         lbs = gs.lower_bounds()
         ex = r["batches"] if r["status"] == "OPTIMAL" else None
@@ -284,7 +303,8 @@ def _lattice_exact(wl, enc: str, sc: dict, seed: int, log=print) -> list[dict[st
                "typewise_lower_bound": lbs["typewise"], "scs_lower_bound": lbs["scs"],
                "bound_valid": None if ex is None else lbs["best"] <= ex, "exact": ex,
                "exact_status": r["status"], "exact_bound": r["bound"], "exact_seconds": r["seconds"],
-               "fsm": len(fs.schedule(gs)), "typewise_lb": len(make_policy("typewise_lb").schedule(gs)),
+               "fsm": min(per_enc.values()), "fsm_encodings": per_enc,
+               "typewise_lb": len(make_policy("typewise_lb").schedule(gs)),
                "critical_path": len(make_policy("critical_path").schedule(gs)),
                "rollout": len(make_policy("rollout").schedule(gs)) if sc["rollout"] else None}
         rows.append(row)

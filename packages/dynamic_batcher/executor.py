@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from itertools import chain
 from typing import Any
 
 from .errors import BatcherError, ShapeMismatchError
@@ -288,13 +289,22 @@ class ExecPlan:
         W = n << 16
         lens = flat = lba = lra = None
         if not reorder:
+            # one compiled pass (inside the simulator that made the schedule) where available
+            fast = _resolve_compiled(g, batches)
+            if fast is not None:
+                self.loc_b, self.loc_r, self.steps = fast
+                self.batches = batches
+                return
             # batch and row of every node, vectorised (a Python loop here costs ~0.2 µs per node per minibatch)
             from itertools import chain
 
             import numpy as np
 
-            lens = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
-            flat = np.fromiter(chain.from_iterable(batches), dtype=np.int64, count=int(lens.sum()))
+            if getattr(batches, "flat", None) is not None:  # from the compiled simulator: already flat
+                lens, flat = batches.lens.astype(np.int64), batches.flat.astype(np.int64)
+            else:
+                lens = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+                flat = np.fromiter(chain.from_iterable(batches), dtype=np.int64, count=int(lens.sum()))
             starts = np.cumsum(lens) - lens
             bi = np.repeat(np.arange(len(batches), dtype=np.int64), lens)
             ri = np.arange(len(flat), dtype=np.int64) - np.repeat(starts, lens)
@@ -361,6 +371,41 @@ def _resolve_python(g: DynGraph, batches: list[list[int]], lb: list[int], lr: li
 
 
 
+def _resolve_compiled(g: DynGraph, batches: list[list[int]]):
+    """The same argument specs as :func:`_resolve_vectorized`, from the compiled simulator library's one-pass
+    resolver (None when the library is unavailable or the graph was not recorded). A schedule that the compiled
+    simulator produced for this graph is resolved inside it (no arrays cross the boundary)."""
+    from . import fastsim, policies
+
+    if not (policies.FAST[0] and hasattr(g, "np_argflat") and len(g.arity) == g.n and fastsim.available()):
+        return None
+    fs = getattr(batches, "fs", None)
+    if fs is not None and fs.dyn_ref() is g:
+        out = fs.steps(g.shapes)  # specs built in C
+        if out is not None:
+            return out
+        r = fs.resolve()
+    else:
+        import numpy as np
+
+        lens = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+        flat = np.fromiter(chain.from_iterable(batches), dtype=np.int64, count=int(lens.sum()))
+        r = fastsim.resolve(g.n, flat, lens, g.np_arity(), g.np_argflat())
+    lb, lr, (gb, gk, gr, gn, gs, gu), runs = r
+    steps: list = [[] for _ in range(len(batches))]
+    shapes = g.shapes
+    for b, kind, f, m, k, u0 in zip(gb, gk, gr, gn, gs, gu):
+        if kind == 0:
+            steps[b].append(("view",) + runs[f])
+        elif kind == 1:
+            x = runs[f]
+            steps[b].append(("bcast", x[0], x[1], x[2], k))
+        else:
+            steps[b].append(("gather", runs[f:f + m], k * math.prod(shapes[u0][runs[f][1]]) * F32))
+    # locations stay numpy arrays (read per result, not per node)
+    return lb, lr, steps
+
+
 def _resolve_vectorized(g: DynGraph, batches: list[list[int]], lens: Any, flat: Any, lba: Any, lra: Any) -> list:
     """Argument specs per batch with whole-graph numpy passes: every (batch, argument position) is a group of k
     argument slots; a group is a view when its location keys are consecutive, a broadcast when all equal, else a
@@ -375,9 +420,9 @@ def _resolve_vectorized(g: DynGraph, batches: list[list[int]], lens: Any, flat: 
     nb = len(batches)
     if nb == 0:
         return []
-    if len(getattr(g, "arity", ())) == n:  # flattened while recording
-        arity = np.array(g.arity, dtype=np.int64)
-        pairs = np.array(g.argflat, dtype=np.int64).reshape(-1, 2)
+    if hasattr(g, "np_argflat") and len(g.arity) == n:  # flattened while recording (numpy form cached per graph)
+        arity = g.np_arity().astype(np.int64)
+        pairs = g.np_argflat().reshape(-1, 2)
     else:
         arity = np.fromiter(map(len, args), dtype=np.int64, count=n)
         pairs = np.fromiter(chain.from_iterable(chain.from_iterable(args)), dtype=np.int64,
@@ -438,8 +483,9 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
 
     store: list = [None] * len(plan.batches)
     kinds, params, data, attrs = g.kind, g.params, g.data, g.attrs
-    for bi, (b, specs) in enumerate(zip(plan.batches, plan.steps)):
-        v0 = b[0]
+    batches = plan.batches
+    firsts = batches.first() if hasattr(batches, "first") else [b[0] for b in batches]
+    for bi, (v0, specs) in enumerate(zip(firsts, plan.steps)):
         xs = []
         for s in specs:
             if s[0] == "view":
@@ -458,9 +504,9 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
             continue
         stats.kernels += 1
         if kind == "lookup":
-            y = params[v0][0].tensor.index_select(0, torch.tensor([data[v] for v in b]))
+            y = params[v0][0].tensor.index_select(0, torch.tensor([data[v] for v in batches[bi]]))
         elif kind == "constant":
-            y = torch.stack([data[v] for v in b])
+            y = torch.stack([data[v] for v in batches[bi]])
         elif kind == "linear":
             p = params[v0]
             if xs[0].dim() == 2:

@@ -5,6 +5,7 @@ would dominate the construction time. Type 0 is "unbatchable"; types 1.. are int
 """
 from __future__ import annotations
 
+from array import array
 from typing import Any, Iterable, Mapping
 
 import numpy as np
@@ -38,6 +39,7 @@ class DynGraph:
         self.indeg: list[int] = []  # distinct argument nodes per node, kept while recording (no pass per flush)
         self.results: Any = None  # set by the executor after a flush
         self._frozen: "GraphView | None" = None
+        self._np: dict = {}  # numpy forms of type / arity / argflat, built once per flush (shared by sim and planner)
 
     @property
     def n(self) -> int:
@@ -79,8 +81,32 @@ class DynGraph:
                 self.succ[p].append(i)
         else:
             self.sources.append(i)
-        self._frozen = None
+        if self._frozen is not None or self._np:
+            self._frozen = None
+            self._np = {}
         return i
+
+    def np_types(self):
+        """Type id per node as int32 numpy (cached until the next node is added)."""
+        a = self._np.get("type")
+        if a is None:
+            a = self._np["type"] = np.frombuffer(array("i", self.type), dtype=np.int32)
+        return a
+
+    def np_arity(self):
+        """Argument count per node as int32 numpy (cached)."""
+        a = self._np.get("arity")
+        if a is None:
+            a = self._np["arity"] = np.frombuffer(array("i", self.arity), dtype=np.int32)
+        return a
+
+    def np_argflat(self):
+        """Every argument's (source node, output index), flattened, as int64 numpy (cached)."""
+        a = self._np.get("argflat")
+        if a is None:
+            # array() converts a list of ints ~1.6x faster than np.array; frombuffer is zero-copy
+            a = self._np["argflat"] = np.frombuffer(array("q", self.argflat), dtype=np.int64)
+        return a
 
     def label(self, i: int) -> str:
         from .ir import _label
@@ -111,6 +137,7 @@ class DynGraph:
             self._frozen = GraphView(self.type, self.preds, [self.type_key(t) for t in range(len(self.type_sig))],
                                      names=None, labels=self, succ=self.succ, topo=range(self.n),
                                      sources=self.sources, indeg=self.indeg)
+            self._frozen.dyn = self  # the recorded graph: its flat numpy arrays feed the compiled simulator
         return self._frozen
 
     def structure_key(self) -> tuple:
@@ -154,6 +181,7 @@ class GraphView:
         self._height = None
         self._lb = None
         self._gt = None
+        self.dyn: "DynGraph | None" = None  # set for views of recorded graphs (ids are a topological order)
 
     def name(self, v: int) -> str:
         if self._names is not None:

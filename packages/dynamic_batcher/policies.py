@@ -3,6 +3,9 @@
 Every policy except depth-based runs on the same frontier simulator (:class:`Sim`): ready unbatchable nodes run
 first, one at a time; then the policy picks a type and the batch is every ready node of that type (taking all
 ready nodes of the chosen type never hurts: they are ready and running them earlier only frees more nodes).
+On recorded graphs, a policy that does not need the type-wise counts (``fast_kwargs`` not None: critical path, the
+DyNet agenda policies, the FSM with the critical-path fallback) runs on the compiled simulator of
+:mod:`dynamic_batcher.fastsim` instead: the same schedule, node for node, with the per-node work in C.
 """
 from __future__ import annotations
 
@@ -11,6 +14,8 @@ from typing import Callable
 
 from .errors import BatcherError
 from .graph import GraphView
+
+FAST = [True]  # use the compiled simulator where available (tests switch it off to compare)
 
 
 class Sim:
@@ -135,6 +140,10 @@ class Sim:
         self._done(nodes)
         return nodes
 
+    def count(self, t: int) -> int:
+        """Frontier size of type t (the compiled simulator has the same method)."""
+        return len(self.frontier[t])
+
     @property
     def finished(self) -> bool:
         return self.executed == self.g.n
@@ -159,8 +168,46 @@ class Policy:
     def after_step(self, sim: Sim, t: int, batch: list[int]) -> None:
         pass
 
+    # --- compiled simulator (fastsim): same semantics, per-node work in C --------------------------------------
+    def fast_kwargs(self, g: GraphView) -> dict | None:
+        """What the policy needs from the compiled simulator (``heights`` / ``depths``), or None when it can only
+        run on the Python :class:`Sim` (e.g. it needs the type-wise counts)."""
+        return None
+
+    def choose_fast(self, fs, ready: list[int]) -> int:
+        raise NotImplementedError
+
+    def after_step_fast(self, fs, t: int) -> None:
+        pass
+
+    def _schedule_fast(self, g: GraphView, kw: dict) -> list[list[int]]:
+        from .fastsim import FastSim, flat_schedule
+
+        fs = FastSim(g, **kw)
+        choose, after = self.choose_fast, self.after_step_fast
+        hook = type(self).after_step_fast is not Policy.after_step_fast
+        nxt = fs.next
+        ready = nxt(-1)
+        while ready:
+            t = ready[0] if len(ready) == 1 else choose(fs, ready)
+            ready = nxt(t)
+            if ready is None:
+                raise BatcherError(f"policy chose type {g.type_keys[t]} with an empty frontier")
+            if hook:
+                after(fs, t)
+        if fs.executed != g.n:
+            raise BatcherError(f"{self.name}: schedule stopped with {g.n - fs.executed} nodes left")
+        return flat_schedule(fs)
+
     def schedule(self, g: GraphView) -> list[list[int]]:
         self.prepare(g)
+        if getattr(g, "dyn", None) is not None and FAST[0]:
+            kw = self.fast_kwargs(g)
+            if kw is not None:
+                from . import fastsim
+
+                if fastsim.available():
+                    return self._schedule_fast(g, kw)
         sim = Sim(g, typewise=self.typewise)
         out: list[list[int]] = []
         while True:
@@ -231,6 +278,12 @@ class Agenda(Policy):
     def choose(self, sim: Sim, ready: list[int]) -> int:
         return min(ready, key=self._key.__getitem__)
 
+    def fast_kwargs(self, g: GraphView) -> dict | None:
+        return {}
+
+    def choose_fast(self, fs, ready: list[int]) -> int:
+        return min(ready, key=self._key.__getitem__)
+
 
 class AgendaDepth(Agenda):
     """Agenda with the depth constraint: a signature is eligible only when none of its unexecuted nodes lies at
@@ -279,6 +332,20 @@ class AgendaDepth(Agenda):
         for v in batch:
             r[dep[v]] -= 1
 
+    def fast_kwargs(self, g: GraphView) -> dict | None:
+        return {"depths": True}
+
+    def choose_fast(self, fs, ready: list[int]) -> int:
+        # the frontier's min depth is kept by the simulator (same test as choose)
+        mind, mr = fs.mind, self._min_rem
+        ok = [t for t in ready if mind(t) <= mr(t)]
+        return min(ok or ready, key=self._key.__getitem__)
+
+    def after_step_fast(self, fs, t: int) -> None:
+        r, dep = self._rem[t], self._depth
+        for v in fs.last_batch():
+            r[dep[v]] -= 1
+
 
 class TypewiseLB(Policy):
     """Type-wise lower-bound heuristic: prefer a type whose batch takes every type-t node that could ever be
@@ -304,10 +371,13 @@ class CriticalPath(Policy):
     name = "critical_path"
 
     def prepare(self, g: GraphView) -> None:
-        self._h = g.height
+        self._g = g
+        self._h = None  # heights: computed on the first Python-simulator decision (the compiled one has its own)
         self._seen: dict[int, list] = {}  # t -> [frontier list, nodes scanned, max height]: frontiers only grow
 
     def choose(self, sim: Sim, ready: list[int]) -> int:
+        if self._h is None:
+            self._h = sim.g.height
         h, fr, seen = self._h.__getitem__, sim.frontier, self._seen
         best, bk = ready[0], None
         for t in ready:
@@ -324,6 +394,12 @@ class CriticalPath(Policy):
             if bk is None or k > bk:
                 best, bk = t, k
         return best
+
+    def fast_kwargs(self, g: GraphView) -> dict | None:
+        return {"heights": True}
+
+    def choose_fast(self, fs, ready: list[int]) -> int:
+        return fs.cp()
 
 
 class Rollout(Policy):
@@ -476,5 +552,5 @@ def check_schedule(g: GraphView, batches: list[list[int]]) -> None:
         raise BatcherError(f"schedule misses node {g.name(done.index(False))}")
 
 
-__all__ = ["Sim", "Policy", "NoBatching", "DepthBased", "Agenda", "AgendaDepth", "TypewiseLB", "CriticalPath", "Rollout", "FixedSchedule",
+__all__ = ["FAST", "Sim", "Policy", "NoBatching", "DepthBased", "Agenda", "AgendaDepth", "TypewiseLB", "CriticalPath", "Rollout", "FixedSchedule",
            "ExactSearch", "exact_optimum", "POLICIES", "DYNET_BASELINES", "make_policy", "check_schedule"]

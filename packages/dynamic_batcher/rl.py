@@ -4,7 +4,13 @@ State encodings (keys are stable type-signature strings, so a table trained on o
 
 * ``set``      — the set of types with a non-empty frontier (sorted);
 * ``sorted``   — those types sorted by frontier size, largest first;
-* ``set_max``  — the set plus the type with the largest frontier.
+* ``set_max``  — the set plus the type with the largest frontier;
+* ``set_full`` — the set, each type flagged whether its whole type-wise frontier is ready (frontier size =
+  typewise_frontier_cnt, i.e. the batch would earn reward 0);
+* ``counts_tw`` — per ready type its frontier size and type-wise count (fine-grained: a table over it describes
+  one graph closely and does not transfer to other minibatches).
+
+The last two need the type-wise counts, so an FSM using them runs on the Python simulator (no compiled fast path).
 
 Reward of a step choosing type t: ``-1 + |frontier_t| / typewise_frontier_cnt[t]`` (0 when the batch takes every
 type-t node that could ever be batched now). Hyper-parameters follow the reference: n = 10, α = 0.4, γ = 1, Q
@@ -24,21 +30,30 @@ from .errors import ConfigError, PolicyFileError
 from .graph import GraphView
 from .policies import CriticalPath, Policy, Sim, TypewiseLB
 
-ENCODINGS = ("set", "sorted", "set_max")
+REFERENCE_ENCODINGS = ("set", "sorted", "set_max")
+TYPEWISE_ENCODINGS = ("set_full", "counts_tw")
+ENCODINGS = REFERENCE_ENCODINGS + TYPEWISE_ENCODINGS
 FALLBACKS = {"typewise": TypewiseLB, "critical": CriticalPath}
 FORMAT = "dynamic_batcher.fsm/1"
 
 
 def encode(sim: Sim, ready: list[int], encoding: str) -> tuple:
+    """State key of a frontier (``sim``: the Python :class:`Sim` or the compiled ``FastSim``)."""
     keys = sim.g.type_keys
     if encoding == "set":
         return tuple(sorted(keys[t] for t in ready))
-    fr = sim.frontier
+    cnt = sim.count
     if encoding == "sorted":
-        return tuple(keys[t] for t in sorted(ready, key=lambda t: (-len(fr[t]), keys[t])))
+        return tuple(keys[t] for t in sorted(ready, key=lambda t: (-cnt(t), keys[t])))
     if encoding == "set_max":
-        big = min(ready, key=lambda t: (-len(fr[t]), keys[t]))
+        big = min(ready, key=lambda t: (-cnt(t), keys[t]))
         return (tuple(sorted(keys[t] for t in ready)), keys[big])
+    if encoding in TYPEWISE_ENCODINGS:
+        sim.enable_typewise()  # lazy on the inference simulator; training simulators keep the counts anyway
+        tw = sim.twcnt
+        if encoding == "set_full":
+            return tuple(sorted((keys[t], cnt(t) == tw[t]) for t in ready))
+        return tuple(sorted((keys[t], cnt(t), tw[t]) for t in ready))
     raise ConfigError("fsm.encoding", f"unknown encoding {encoding!r}; expected one of {ENCODINGS}")
 
 
@@ -93,6 +108,11 @@ class TrainStats:
     lower_bound: int = 0
     history: list[tuple[int, int]] = field(default_factory=list)  # (episode, greedy batches)
     states_seen: int = 0
+    table_rows: int = 0
+    """Rows of the kept (best) table: 0 when no trained table beat the empty one (every lookup then misses and
+    the fallback decides, although the states themselves recur: see :meth:`FSMPolicy.visited_states`)."""
+    visited: set = field(default_factory=set, repr=False)
+    """State keys visited while learning (not saved)."""
     fallback_batches: int = 0
     """Batches of the empty table (pure fallback heuristic): the best table is never worse."""
     fallback: str = ""
@@ -180,11 +200,43 @@ class FSMPolicy(Policy):
     def choose(self, sim: Sim, ready: list[int]) -> int:
         return self.greedy(sim, ready)
 
+    # --- compiled simulator (inference) -------------------------------------------------------------------------
+    def fast_kwargs(self, g: GraphView) -> dict | None:
+        # the type-wise fallback and encodings need the reduced per-type graphs: Python simulator only
+        if self.fallback.typewise or self.encoding in TYPEWISE_ENCODINGS:
+            return None
+        return {"heights": True}
+
+    def choose_fast(self, fs, ready: list[int]) -> int:
+        memo = self._memo
+        if memo[0] is not fs.g:
+            memo[0], memo[1] = fs.g, {}
+        k = tuple(ready)
+        if self.encoding == "set":  # the state depends only on the ready type ids: memoise table hits
+            t = memo[1].get(k)
+            if t is not None:
+                self.lookups += 1
+                return t
+        row = self.table.get(encode(fs, ready, self.encoding))
+        self.lookups += 1
+        if row is None:
+            self.misses += 1
+            return self.fallback.choose_fast(fs, ready)
+        keys = fs.g.type_keys
+        qs = [row.get(keys[t], 0.0) for t in ready]
+        best = max(qs)
+        cand = [t for t, q in zip(ready, qs) if q == best]
+        t = cand[0] if len(cand) == 1 else min(cand, key=lambda t: (-fs.count(t), keys[t]))
+        if self.encoding == "set":
+            memo[1][k] = t
+        return t
+
     # --- training ---------------------------------------------------------------------------------------------
     def _rollout(self, g: GraphView, table: dict, eps: float, rng: random.Random, cfg: QConfig | None) -> int:
         """One episode; learns into ``table`` when cfg is given (ε-greedy), else greedy scoring. Returns #batches."""
         sim = Sim(g, typewise=True)
         keys = g.type_keys
+        visited = self.stats.visited if cfg is not None else set()
         S: list[Any] = []
         A: list[str] = []
         R: list[float] = []
@@ -219,6 +271,7 @@ class FSMPolicy(Policy):
                     t = self.greedy(sim, ready, table)
                 R.append(-1.0 + sim.ratio(t))
                 S.append(s)
+                visited.add(s)
                 A.append(keys[t])
             else:
                 t = self.greedy(sim, ready, table)
@@ -248,6 +301,7 @@ class FSMPolicy(Policy):
             t = seq[i] if i < len(seq) else ready[0]
             table[encode(sim, ready, self.encoding)] = {keys[t]: 1.0}
             sim.step(t)
+            i += 1  # this demo batch is done (without it a type that is ready again would be replayed twice)
         return table
 
     def train(self, g: GraphView, cfg: QConfig | None = None,
@@ -256,6 +310,7 @@ class FSMPolicy(Policy):
         an exact optimum); by default ``cfg.demo`` decides (the rollout schedule)."""
         cfg = cfg or QConfig()
         self.prepare(g)
+        self.stats = TrainStats()  # collects the visited states
         t0 = time.perf_counter()
         rng = random.Random(cfg.seed)
         lb = g.lower_bound()
@@ -301,11 +356,27 @@ class FSMPolicy(Policy):
         st.episodes = ep
         st.best_batches = best
         st.states_seen = len(table)
+        st.table_rows = len(best_table)
+        st.visited = self.stats.visited
         st.fallback_batches = st.history[0][1]
         st.seconds = time.perf_counter() - t0
         self.stats = st
         self.lookups = self.misses = 0
         return st
+
+    def visited_states(self, g: GraphView, batches: list[list[int]]) -> list:
+        """The state keys of a schedule's decisions (replayed on the Python simulator): with the training's
+        ``stats.visited`` this measures whether the states of an unseen minibatch recur."""
+        seq = [g.types[b[0]] for b in batches if g.types[b[0]]]
+        sim = Sim(g)
+        out = []
+        for t in seq:
+            sim.drain_unbatchable()
+            ready = sorted(sim.ready)
+            if len(ready) > 1:
+                out.append(encode(sim, ready, self.encoding))
+            sim.step(t)
+        return out
 
     # --- persistence ------------------------------------------------------------------------------------------
     def save(self, path: str) -> None:
@@ -360,4 +431,4 @@ def train_fsm(g: GraphView, encoding: str = "sorted", cfg: QConfig | None = None
     return p
 
 
-__all__ = ["ENCODINGS", "FALLBACKS", "encode", "QConfig", "TrainStats", "FSMPolicy", "train_fsm"]
+__all__ = ["ENCODINGS", "REFERENCE_ENCODINGS", "TYPEWISE_ENCODINGS", "FALLBACKS", "encode", "QConfig", "TrainStats", "FSMPolicy", "train_fsm"]
