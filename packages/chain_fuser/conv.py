@@ -34,12 +34,16 @@ class ConvKernelShape:
     K2p: int
     mr: int
     nr: int
+    Wt: int
+    """Width of the intermediate (conv2's halo included), padded to a multiple of ``mr`` so that the unfused conv1
+    runs whole register blocks (no predicated tail block)."""
 
 
 def conv_kernel_shape(spec: ConvChain, plan: Plan) -> ConvKernelShape:
     mr, nr = plan.micro.mr, plan.micro.nr
-    return ConvKernelShape(spec.N, spec.C, spec.H, spec.W, _pad(spec.W, mr), spec.K1, _pad(spec.K1, nr), spec.K2,
-                           _pad(spec.K2, nr), mr, nr)
+    Wp = _pad(spec.W, mr)
+    return ConvKernelShape(spec.N, spec.C, spec.H, spec.W, Wp, spec.K1, _pad(spec.K1, nr), spec.K2,
+                           _pad(spec.K2, nr), mr, nr, _pad(Wp + 2 * (spec.S2 // 2), mr))
 
 
 def conv_chain_te(spec: ConvChain, plan: Plan):
@@ -52,7 +56,7 @@ def conv_chain_te(spec: ConvChain, plan: Plan):
     h2, w2 = R2 // 2, S2 // 2
     h1, w1 = R1 // 2, S1 // 2
     # the intermediate covers conv2's halo: rows -h2..H+h2, cols -w2..Wp+w2 (outside: zero, as conv2's padding)
-    Ht, Wt = H + 2 * h2, Wp + 2 * w2
+    Ht, Wt = H + 2 * h2, ks.Wt
     I = te.placeholder((N, C, H, W), "float32", name="I")
     W1 = te.placeholder((spec.K1, C, R1, S1), "float32", name="W1")
     W2 = te.placeholder((spec.K2, spec.K1, R2, S2), "float32", name="W2")
@@ -62,7 +66,7 @@ def conv_chain_te(spec: ConvChain, plan: Plan):
     args += [t for t in (b1, b2) if t is not None]
     zero = tirx.const(0.0, "float32")
     oh, ow = h1 + h2, w1 + w2  # total halo of the padded input
-    Ip = te.compute((N, C, H + 2 * oh, Wp + 2 * ow + S1),
+    Ip = te.compute((N, C, H + 2 * oh, max(Wp + 2 * ow, Wt + 2 * w1) + S1),
                     lambda n, c, y, x: tirx.if_then_else(
                         tirx.all(y >= oh, y < H + oh, x >= ow, x < W + ow),
                         I[n, c, tirx.max(tirx.min(y - oh, H - 1), 0), tirx.max(tirx.min(x - ow, W - 1), 0)], zero),
@@ -116,15 +120,45 @@ def _tiles(spec: ConvChain, plan: Plan, ks: ConvKernelShape) -> dict[str, int]:
             "q": _fit_tile(ks.Wp, max(ks.mr, int(t.get("q", ks.Wp))), ks.mr)}
 
 
-def _conv_micro(sch, blk, mr, nr, lanes, spatial_loops_from: int):
+def _conv_micro(sch, blk, mr, nr, lanes, spatial_loops_from: int, stage: str = "conv1"):
     """Loops (.., ko, y, x, ki, c, r, s) below the attach point → ko, y, x/mr, c, r, s, x%mr (unroll), ki (vec)."""
     loops = sch.get_loops(blk)[spatial_loops_from:]
     ko, y, x, ki, c, r, s = loops[-7:]
+    ext = sch.get(x).extent
+    if hasattr(ext, "value"):
+        mr = _block_rows(int(ext.value), mr, nr, lanes)
     xo, xi = sch.split(x, [None, mr])
-    sch.reorder(ko, y, xo, c, r, s, xi, ki)
+    sch.reorder(ko, y, xo, *_red_order(c, r, s, stage), xi, ki)
     sch.unroll(xi)
     sch.vectorize(ki)
     return ko
+
+
+RED_ORDER = {"conv1": "rsc", "conv2": "rsc"}
+"""Reduction loop order per stage, outermost first: the window loops outside, the channel loop innermost (one long
+loop per window position instead of a 3-step loop under two others). Measured (one thread, CPU time, the same
+process; old c,r,s order → r,s,c): ResNet-50 3×3→3×3 fused 7.57 → 4.78 ms, unfused 6.49 → 5.19 ms; YOLO-2 unfused
+3.52 → 1.37 ms; Inception 3×3→3×3 fused 4.06 → 3.73 ms; Darknet-19 fused 5.12 → 5.29 ms (the one loss, 3 %). Per
+stage, so that it can differ (c,r,s for conv1 only was worse on the unfused kernels)."""
+
+
+def _red_order(c, r, s, stage: str):
+    return [{"c": c, "r": r, "s": s}[d] for d in RED_ORDER[stage]]
+
+
+def _block_rows(extent: int, mr: int, nr: int, lanes: int) -> int:
+    """Register-block width for a loop of ``extent`` columns: ``mr`` when it divides the extent, else the largest
+    divisor of the extent that still fits the accumulator registers (≥ mr/2), else ``mr`` (a predicated tail).
+
+    Why: in the fused kernel conv1 computes Tq + 2·(S2//2) columns per tile (conv2's halo); split by mr that is a
+    partial block with an `if` around every FMA of the unrolled block (conv1 of ResNet-50 3×3→3×3 at 30 columns per
+    tile: 3 blocks of 14 = 42 columns of work, predicated; now 3 blocks of 10). Measured speed-up on that shape was
+    within noise (LLVM handles the predicated block well enough); the planner's halo cost uses the same rule."""
+    if extent % mr == 0:
+        return mr
+    max_rows = max(mr, min(16, (28 * lanes) // nr))  # ≤ 28 of the 32 vector registers hold accumulators
+    best = max((d for d in range(1, min(extent, max_rows) + 1) if extent % d == 0), default=1)
+    return best if 2 * best >= mr else mr
 
 
 def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
@@ -160,7 +194,7 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
             _, v = sch.split(xi, [None, lanes])
             sch.vectorize(v)
         sch.compute_at(o2, par, preserve_unit_loops=True)
-        ko = _conv_micro(sch, o2, mr, nr, lanes, 1)
+        ko = _conv_micro(sch, o2, mr, nr, lanes, 1, "conv2")
         sch.decompose_reduction(o2, ko)
         sch.compute_at(u, par, preserve_unit_loops=True)
         uloops = sch.get_loops(u)
@@ -172,11 +206,11 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
         sch.decompose_reduction(t, ko)
         return sch.mod
     # unfused: each stage at root, parallel over (n, output-channel panels), same micro kernel
-    for blk in (t, o2):
+    for blk, stage in ((t, "conv1"), (o2, "conv2")):
         loops = sch.get_loops(blk)
         n, ko, y, x, ki, c, r, s = loops
         xo, xi = sch.split(x, [None, mr])
-        sch.reorder(n, ko, y, xo, c, r, s, xi, ki)
+        sch.reorder(n, ko, y, xo, *_red_order(c, r, s, stage), xi, ki)
         par = sch.fuse(n, ko, y)
         sch.parallel(par)
         sch.unroll(xi)

@@ -14,13 +14,52 @@ from .spec import ConvChain, GemmChain
 
 
 def import_tvm():
-    """Import TVM with its thread pool sized to the usable cores (it reads TVM_NUM_THREADS when created)."""
+    """Import TVM with its thread pool sized to the usable cores (it reads TVM_NUM_THREADS when created) and its
+    worker threads left unpinned (``TVM_BIND_THREADS=0`` unless the caller set it).
+
+    Why unpinned: TVM pins worker *i* to core *i* but leaves the calling (main) thread, which runs task 0, free.
+    Whenever the scheduler has put the main thread on the pinned worker's core (after a pipe read, a sleep, a
+    torch call, a compile), both halves of every parallel region share that one core: the kernel runs at half
+    speed, CPU time == wall time, until the load balancer moves the main thread (measured here, 2 cores, quiet:
+    15-45 consecutive calls of a 1 ms kernel, and in the benchmark a whole timed block: ViT-Large/16 1.94 ms
+    instead of 0.97 ms, the same kernel as its 0.97 ms unfused sibling). Unpinned, the worker moves instead, at
+    once (0 slow calls, even with the main thread forced onto the worker's core). See ``unpinned_thread_pool``."""
     from shared_ir.hostinfo import num_cores
 
     os.environ.setdefault("TVM_NUM_THREADS", str(num_cores()))
+    os.environ.setdefault("TVM_BIND_THREADS", "0")  # read by the pool when it is (re)configured: before first use
     import tvm
 
     return tvm
+
+
+def thread_affinities() -> dict[str, str]:
+    """``{thread id: allowed CPU list}`` of every thread of this process (Linux; empty elsewhere)."""
+    out = {}
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{tid}/status") as f:
+                for line in f:
+                    if line.startswith("Cpus_allowed_list"):
+                        out[tid] = line.split()[1]
+    except OSError:
+        pass
+    return out
+
+
+def unpinned_thread_pool() -> bool:
+    """True when no thread of this process (TVM's workers included) is pinned to fewer CPUs than the process may
+    use: the condition under which a parallel kernel can never be stuck on one core with its calling thread."""
+    allowed = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+
+    def count(lst: str) -> int:
+        n = 0
+        for part in lst.split(","):
+            a, _, b = part.partition("-")
+            n += int(b or a) - int(a) + 1
+        return n
+
+    return all(count(v) >= allowed for v in thread_affinities().values())
 
 
 def plan_signature(plan: Plan) -> dict:
@@ -194,7 +233,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None) -> str:
                            tvm.__version__, _CODEGEN_VERSION)
 
 
-_CODEGEN_VERSION = 4  # bump when generated code changes: stale cached kernels are then ignored
+_CODEGEN_VERSION = 6  # bump when generated code changes: stale cached kernels are then ignored
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True) -> FusedKernel:
@@ -220,7 +259,10 @@ def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True) -
 
 @dataclass
 class TuneReport:
-    """What measured re-ranking found: each candidate's predicted and measured time."""
+    """What measured re-ranking found: each candidate's predicted and measured time. Candidates are the model's
+    top K fused plans (``fused: True``) and, where the model thinks it competitive, the unfused kernel with the same
+    micro kernel (``fused: False``, the last one): the kernel kept is the fastest of all, so it is never slower than
+    our own unfused one."""
 
     spec_key: str
     candidates: list[dict]
@@ -228,57 +270,84 @@ class TuneReport:
     model_pick: int = 0
     from_cache: bool = False
     seconds: float = 0.0
+    best_fused_kernel: Any = field(default=None, repr=False)
+    """The fastest *fused* candidate (the kernel itself; not serialised): the benchmark's fused-vs-unfused ratio."""
+    unfused_kernel: Any = field(default=None, repr=False)
+    """The unfused candidate when one was measured (not serialised)."""
+
+    def _fused_ms(self) -> list[float]:
+        return [c["measured_ms"] for c in self.candidates if c.get("fused", True)]
 
     @property
     def model_pick_vs_best(self) -> float:
-        """Measured time of the model's first choice over the best measured (1.0: the model picked the best)."""
-        ms = [c["measured_ms"] for c in self.candidates]
+        """Measured time of the model's first choice over the best measured of its top K fused plans (1.0: the
+        model picked the best)."""
+        ms = self._fused_ms()
         return ms[self.model_pick] / min(ms) if ms and min(ms) > 0 else 1.0
+
+    @property
+    def chosen_fused(self) -> bool:
+        return bool(self.candidates[self.chosen].get("fused", True)) if self.candidates else True
 
     def to_dict(self) -> dict:
         return {"spec": self.spec_key, "candidates": self.candidates, "chosen": self.chosen,
-                "model_pick_vs_best": self.model_pick_vs_best, "from_cache": self.from_cache,
-                "seconds": self.seconds}
+                "chosen_fused": self.chosen_fused, "model_pick_vs_best": self.model_pick_vs_best,
+                "from_cache": self.from_cache, "seconds": self.seconds}
 
 
-_MODEL_VERSION = 2  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
+_MODEL_VERSION = 3  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
 
 
 def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int = 3, repeat: int = 7,
-         check: bool = True) -> tuple[FusedKernel, TuneReport]:
+         check: bool = True, include_unfused: bool | None = None) -> tuple[FusedKernel, TuneReport]:
     """Plan with the model, compile its top ``top_k`` plans, time them, keep the fastest. The choice and the
     kernels are cached on disk (keyed by shape, dtype and hardware): a second call loads them without compiling
-    or measuring."""
+    or measuring.
+
+    ``include_unfused``: also time the unfused kernel (same micro kernel, the model's first plan's tiles) and keep
+    it if it is the fastest; ``None`` (default): when the model predicts it within ``UNFUSED_MARGIN`` of the best
+    fused plan (``planner.unfused_competitive``: compute-bound chains whose intermediate fits the caches), never
+    for chains where fusion saves the memory traffic that bounds them."""
     import torch
 
-    from .planner import plan_chain
+    from .planner import plan_chain, unfused_competitive
 
     t0 = time.perf_counter()
     plans = plan_chain(spec, device, top_k=top_k)
-    tkey = cache.entry_key("tune", spec.key, top_k, cache.hardware_key(device), _CODEGEN_VERSION, _MODEL_VERSION)
+    if include_unfused is None:
+        include_unfused = unfused_competitive(spec, plans[0], device)
+    tkey = cache.entry_key("tune", spec.key, top_k, bool(include_unfused), cache.hardware_key(device),
+                           _CODEGEN_VERSION, _MODEL_VERSION)
     saved = cache.load_json(tkey) if use_cache else None
     if saved is not None:
-        sig = saved["chosen_signature"]
+        sig, bsig = saved["chosen_signature"], saved.get("best_fused_signature", saved["chosen_signature"])
         match = [p for p in plans if plan_signature(p) == sig]
-        if match:
-            k = build_kernel(spec, match[0], True, use_cache)
+        fmatch = [p for p in plans if plan_signature(p) == bsig]
+        if match and fmatch:
+            chosen_fused = bool(saved["candidates"][saved["chosen"]].get("fused", True))
+            k = build_kernel(spec, match[0], chosen_fused, use_cache)
             if k.from_cache:
                 k.measured_ms = saved["candidates"][saved["chosen"]]["measured_ms"]
                 rep = TuneReport(spec.key, saved["candidates"], saved["chosen"], 0, True, time.perf_counter() - t0)
+                rep.best_fused_kernel = k if chosen_fused else build_kernel(spec, fmatch[0], True, use_cache)
+                if not chosen_fused:
+                    rep.unfused_kernel = k
                 return k, rep
     ins = random_inputs(spec)
     ref = reference(spec, *ins) if check else None
     cands, kernels = [], []
-    for i, p in enumerate(plans):
-        k = build_kernel(spec, p, True, use_cache)
+    todo = [(p, True) for p in plans] + ([(plans[0], False)] if include_unfused else [])
+    for i, (p, fused) in enumerate(todo):
+        k = build_kernel(spec, p, fused, use_cache)
         if check:
             got = k(*ins)
             if not torch.allclose(got, ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()) + 1e-5):
-                raise AssertionError(f"{spec.name}: plan {i} ({plan_signature(p)}) gives wrong results "
+                raise AssertionError(f"{spec.name}: plan {i} ({plan_signature(p)}, fused={fused}) gives wrong results "
                                      f"(max error {float((got - ref).abs().max()):.3g})")
         kernels.append(k)
-        cands.append({"rank": i, **plan_signature(p), "predicted_ms": p.predicted_s * 1e3, "build_s": k.build_s,
-                      "fusion_level": p.fusion_level, "predicted_overhead_ms": p.overhead_s * 1e3})
+        cands.append({"rank": i, **plan_signature(p), "fused": fused, "predicted_ms": p.predicted_s * 1e3,
+                      "build_s": k.build_s, "fusion_level": p.fusion_level if fused else None,
+                      "predicted_overhead_ms": p.overhead_s * 1e3})
     # candidates timed interleaved (round robin), so that a load change on a shared machine hits all of them
     import statistics
 
@@ -291,6 +360,8 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     number = max(1, min(number, int(0.05 / max(per_call, 1e-6))))
     for _ in range(repeat):
         for i, k in enumerate(kernels):
+            if number > 1:  # untimed: the first call after another kernel's (thread pool handover, caches)
+                k(*ins)
             t = time.perf_counter()
             for _ in range(number):
                 k(*ins)
@@ -302,8 +373,11 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
         cands[i]["measured_ms"] = k.measured_ms
         cands[i]["median_ms"] = statistics.median(runs[i])
     best = min(range(len(cands)), key=lambda i: cands[i]["measured_ms"])
-    rep = TuneReport(spec.key, cands, best, 0, False, time.perf_counter() - t0)
+    best_fused = min((i for i in range(len(cands)) if cands[i]["fused"]), key=lambda i: cands[i]["measured_ms"])
+    rep = TuneReport(spec.key, cands, best, 0, False, time.perf_counter() - t0, kernels[best_fused],
+                     kernels[-1] if include_unfused else None)
     if use_cache:
         cache.save_json(tkey, {"spec": spec.key, "candidates": cands, "chosen": best,
-                               "chosen_signature": plan_signature(plans[best])})
+                               "chosen_signature": plan_signature(todo[best][0]),
+                               "best_fused_signature": plan_signature(todo[best_fused][0])})
     return kernels[best], rep

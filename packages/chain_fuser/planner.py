@@ -213,7 +213,11 @@ def kernel_overheads(spec, order: tuple[str, ...], T: dict[str, int], mk: MicroK
     hp, hq = spec.R2 - 1, spec.S2 - 1
     tiles = spec.N * -(-spec.H // T["p"]) * -(-Wp // T["q"])
     inter_tile = (T["p"] + hp) * (T["q"] + hq)
-    extra = tiles * inter_tile - spec.N * spec.H * Wp  # recomputed halo positions
+    from .conv import _block_rows
+
+    # conv1 runs whole register blocks over its Tq + halo columns: a width no block size divides is rounded up
+    mr1 = _block_rows(T["q"] + hq, mk.mr, mk.nr, mk.vector_lanes)
+    extra = tiles * (T["p"] + hp) * _pad(T["q"] + hq, mr1) - spec.N * spec.H * Wp  # recomputed halo positions
     out["halo_recompute"] = 2.0 * extra * K1p * spec.C * spec.R1 * spec.S1 / peak
     u_tile = 4.0 * inter_tile * K1p
     out["intermediate_spill"] = spill(u_tile, tiles * u_tile * (2 + K2p // mk.nr))
@@ -319,6 +323,10 @@ def plan_chain(spec, device: Any = None, top_k: int = 4, fusion_level: str | Non
             seen.add(sig)
             lps = tuple(alt if lv.name == fuse else per_level[lv.name][0] for lv in levels)
             units = alt.parallel_units
+            if isinstance(spec, ConvChain):
+                # the parallel loop runs over the *realised* spatial tiles (fitted to divide the padded extents):
+                # e.g. Inception 35×36 with Tq 24 → 12 gives 3 tiles on 2 cores (2 rounds), not the model's 2
+                units = spec.N * -(-spec.H // T_r["p"]) * -(-_pad(spec.W, mk.mr) // T_r["q"])
             eff = units / (math.ceil(units / ncores) * ncores)
             base = max([compute_s / eff, reg_t] + [lp.time_s for lp in lps])
             ov = kernel_overheads(spec, order_r, T_r, mk, dev, peak)
@@ -330,6 +338,24 @@ def plan_chain(spec, device: Any = None, top_k: int = 4, fusion_level: str | Non
         plans += mine[:quota[fuse]]
     plans.sort(key=lambda p: (p.predicted_s, names.index(p.fusion_level), p.fused.dv_bytes))
     return [replace(p, rank=i) for i, p in enumerate(plans)]
+
+
+UNFUSED_MARGIN = 1.10
+"""``tune`` also measures the unfused kernel when the model predicts it within this factor of the best fused plan."""
+
+
+def unfused_competitive(spec, plan: Plan, device: Any = None) -> bool:
+    """Whether the unfused kernel (same micro kernel, the intermediate written to and read back from memory) could
+    be as fast as ``plan``: its predicted time (compute at full parallel efficiency, or the traffic of the chain's
+    operands plus the intermediate twice through DRAM, whichever binds) within ``UNFUSED_MARGIN`` of the plan's.
+    True for chains the model finds compute-bound even unfused (the reference's conv and GEMM chains, and here also
+    attention and the K = N = 32/64 chains); False where the intermediate's round trip through DRAM would bind
+    (K = N = 8/16 chains with 64-128 MiB intermediates): there the unfused kernel is not built or timed."""
+    dev = hw.resolve_device(device)
+    inter = (spec.batch * spec.M * spec.L if isinstance(spec, GemmChain) else spec.N * spec.K1 * spec.H * spec.W) * 4
+    dram = dev.memory[0].total_read_bandwidth_bytes_per_s
+    unfused = max(plan.compute_s, (plan.levels[0].dv_bytes + 2 * inter) / dram)
+    return unfused <= UNFUSED_MARGIN * plan.predicted_s
 
 
 def predict_fusion_gain(spec, device: Any = None) -> dict[str, float]:

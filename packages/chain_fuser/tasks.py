@@ -55,7 +55,7 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
         k, rep = tune(spec, top_k=cfg.top_k)
         variants = {"ours": lambda k=k: k(*ins), "torch": torch_eager(spec, ins)}
         if cfg.unfused:
-            u = build_kernel(spec, k.plan, fused=False)
+            u = rep.unfused_kernel if rep.unfused_kernel is not None else build_kernel(spec, k.plan, fused=False)
             variants["tvm_unfused"] = lambda u=u: u(*ins)
         ms = time_interleaved(variants, cfg.repeat, cfg.budget_s)
         pred = predict_fusion_gain(spec, dev)

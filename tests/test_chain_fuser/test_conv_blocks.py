@@ -1,0 +1,57 @@
+"""Conv register blocks that divide the halo'd widths, and the unfused kernel as a measured candidate."""
+import pytest
+import torch
+from chain_fuser.conv import _block_rows, conv_kernel_shape
+from chain_fuser.kernel import random_inputs, reference, tune
+from chain_fuser.planner import plan_chain, unfused_competitive
+from chain_fuser.spec import ConvChain, GemmChain
+
+from .test_codegen import check
+
+pytest.importorskip("tvm")
+
+
+def test_block_rows_divide_the_halo_width():
+    # conv1 of a fused 3x3→3x3 tile of 28 columns computes 30: blocks of 10, not 3 predicated blocks of 14
+    assert _block_rows(30, 14, 32, 16) == 10
+    assert _block_rows(28, 14, 32, 16) == 14  # mr divides: kept
+    assert _block_rows(14, 12, 32, 16) == 14  # Inception: 12 + 2 columns in one block of 14
+    assert _block_rows(58, 14, 32, 16) == 14  # 58 = 2 x 29: no usable divisor, predicated tail kept
+    assert all(30 % _block_rows(30, mr, 32, 16) == 0 for mr in (6, 8, 10, 12, 14))
+
+
+def test_unfused_intermediate_width_is_whole_blocks():
+    spec = ConvChain(1, 4, 12, 30, 32, 3, 3, 32, 3, 3, glue="relu")
+    p = plan_chain(spec, top_k=1)[0]
+    ks = conv_kernel_shape(spec, p)
+    assert ks.Wt % ks.mr == 0 and ks.Wt >= ks.Wp + 2
+
+
+@pytest.mark.parametrize("fused", [True, False])
+def test_conv_3x3_3x3_halo_blocks_correct(fused):
+    check(ConvChain(1, 4, 12, 30, 32, 3, 3, 32, 3, 3, glue="relu"), fused=fused)
+
+
+def test_tune_measures_unfused_candidate(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    spec = ConvChain(1, 4, 8, 14, 32, 3, 3, 32, 3, 3, glue="relu")
+    k, rep = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True)
+    fused_flags = [c["fused"] for c in rep.candidates]
+    assert fused_flags[-1] is False and all(fused_flags[:-1])
+    ms = [c["measured_ms"] for c in rep.candidates]
+    assert ms[rep.chosen] == min(ms)  # never slower than our own unfused kernel
+    assert k.fused == rep.chosen_fused
+    assert rep.best_fused_kernel is not None and rep.best_fused_kernel.fused
+    assert rep.unfused_kernel is not None and not rep.unfused_kernel.fused
+    assert rep.model_pick_vs_best >= 1.0  # over the fused top K only
+    ins = random_inputs(spec)
+    torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-4)
+    k2, rep2 = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True)
+    assert rep2.from_cache and k2.fused == k.fused and rep2.best_fused_kernel.fused
+
+
+def test_unfused_not_a_candidate_where_fusion_binds():
+    big = GemmChain(1, 4096, 8, 8, 4096)  # 64 MiB intermediate, 8 flops per byte of it: memory bound unfused
+    assert not unfused_competitive(big, plan_chain(big, top_k=1)[0])
+    conv = ConvChain(1, 64, 56, 56, 64, 3, 3, 64, 3, 3, glue="relu")  # 0.8 MiB intermediate, compute bound
+    assert unfused_competitive(conv, plan_chain(conv, top_k=1)[0])
