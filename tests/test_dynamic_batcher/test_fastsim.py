@@ -8,15 +8,9 @@ from dynamic_batcher.policies import DYNET_BASELINES, check_schedule, make_polic
 from dynamic_batcher.rl import FSMPolicy, QConfig
 from dynamic_batcher.workloads import FAMILIES, make_workload
 
+from .test_fast_paths import _graph
+
 pytestmark = pytest.mark.skipif(not fastsim.available(), reason="no C compiler: the Python simulator runs")
-
-
-def _graph(name, n=6, seed=0, blocks="block"):
-    wl = make_workload(name, hidden=8)
-    bt = Batcher(wl.model, blocks=blocks)
-    for t in wl.minibatch(random.Random(seed), n):
-        wl.forward(bt, t)
-    return bt.g
 
 
 def _both(fn):
