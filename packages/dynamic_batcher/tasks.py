@@ -131,21 +131,20 @@ def sweep(hardware: Any = None, workload: Any = None, out_dir: str = ".", **para
     points = [(b, h) for b in cfg.batches for h in cfg.hiddens
               if cfg.grid == "full" or b == bm or h == hm]
     for b, h in points:
-        if True:
-            ws = [run_workload(n, b, h, cfg.scale, cfg.seed, cfg.threads, None) for n in cfg.workloads]
-            tp, bt = _rows(ws)
-            tp_all += tp
-            bt_all += bt
-            for w in ws:
-                res.append({"workload": w["name"], "family": w["family"], "batch": b, "hidden": h,
-                            "speedup_vs_best_dynet": w["speedup_vs_best_baseline"],
-                            "exec_speedup": w["exec_speedup_vs_best_baseline"],
-                            "speedup_on_blocks": w["speedup_vs_best_baseline_on_blocks"],
-                            "sched_fraction": w["sched_fraction"],
-                            "batches_over_lb": w["batches"]["fsm"] / w["batches"]["lower_bound"]})
-            _write_csv(os.path.join(out_dir, "sweep_throughput.csv"), tp_all)  # partial results survive a kill
-            _write_csv(os.path.join(out_dir, "sweep_batches.csv"), bt_all)
-            _write_csv(os.path.join(out_dir, "sweep_speedup.csv"), res)
+        ws = [run_workload(n, b, h, cfg.scale, cfg.seed, cfg.threads, None) for n in cfg.workloads]
+        tp, bt = _rows(ws)
+        tp_all += tp
+        bt_all += bt
+        for w in ws:
+            res.append({"workload": w["name"], "family": w["family"], "batch": b, "hidden": h,
+                        "speedup_vs_best_dynet": w["speedup_vs_best_baseline"],
+                        "exec_speedup": w["exec_speedup_vs_best_baseline"],
+                        "speedup_on_blocks": w["speedup_vs_best_baseline_on_blocks"],
+                        "sched_fraction": w["sched_fraction"],
+                        "batches_over_lb": w["batches"]["fsm"] / w["batches"]["lower_bound"]})
+        _write_csv(os.path.join(out_dir, "sweep_throughput.csv"), tp_all)  # partial results survive a kill
+        _write_csv(os.path.join(out_dir, "sweep_batches.csv"), bt_all)
+        _write_csv(os.path.join(out_dir, "sweep_speedup.csv"), res)
     plots = []
     if cfg.plots:
         matplotlib.use("Agg")
