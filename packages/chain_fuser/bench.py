@@ -14,6 +14,7 @@ import argparse
 import json
 import math
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -149,8 +150,6 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
         calls[k] = max(1, min(50, int(budget_s / repeat / len(variants) / dt)))
     runs: dict[str, list[float]] = {k: [] for k in variants}
     cpu: dict[str, list[float]] = {k: [] for k in variants}
-    import random
-
     keys, rng = list(variants), random.Random(0)
     for r in range(repeat):
         # a fresh (seeded) order per repeat: whichever variant runs right after the OpenBLAS child's settle pause
@@ -388,7 +387,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     from shared_ir.hostinfo import num_cores
 
     from .hw import server_device
-    from .kernel import build_kernel, import_tvm, random_inputs, reference, tune
+    from .kernel import build_kernel, import_tvm, random_inputs, reference, tune, unpinned_thread_pool
     from .peak import measure_fma_peak
     from .planner import predict_fusion_gain
 
@@ -526,7 +525,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         "fused_vs_unfused_note": "the best fused kernel of the top K vs the unfused one (same micro kernel), as "
                                  "measured, whichever the pick kept; shapes where the pick kept the unfused kernel: "
                                  + (", ".join(r["name"] for r in rows if not r["chosen_fused"]) or "none"),
-        "tvm_threads_unpinned": _unpinned(),
+        "tvm_threads_unpinned": unpinned_thread_pool(),
         "model_pick_vs_best_measured": {
             "geomean": geomean([r["model_pick_vs_best_measured"] for r in rows]),
             "max": max((r["model_pick_vs_best_measured"] for r in rows), default=None),
@@ -566,12 +565,6 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
 REDUCED = {"small": "memory-bound chains 2k-8k (full: up to 8k x 8k), attention batch 4 x 2k / 2 x 4k tokens (full: 12 x "
                     "2k / 8 x 4k), YOLO-1 at 56x56 (full: 112x112), MetaSchedule on 2 shapes x 4 trials per GEMM with "
                     "random replay (full: 5 shapes x 64 trials, evolutionary search), 5 repeats (full: 7)"}
-
-
-def _unpinned() -> bool:
-    from .kernel import unpinned_thread_pool
-
-    return unpinned_thread_pool()
 
 
 def _machine(threads: int) -> dict:

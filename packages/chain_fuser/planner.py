@@ -351,21 +351,23 @@ def unfused_competitive(spec, plan: Plan, device: Any = None) -> bool:
     True for chains the model finds compute-bound even unfused (the reference's conv and GEMM chains, and here also
     attention and the K = N = 32/64 chains); False where the intermediate's round trip through DRAM would bind
     (K = N = 8/16 chains with 64-128 MiB intermediates): there the unfused kernel is not built or timed."""
-    dev = hw.resolve_device(device)
+    _, dram_s = _unfused_dram(spec, plan, hw.resolve_device(device))
+    return max(plan.compute_s, dram_s) <= UNFUSED_MARGIN * plan.predicted_s
+
+
+def _unfused_dram(spec, plan: Plan, dev) -> tuple[int, float]:
+    """(intermediate bytes, seconds of DRAM traffic of the unfused chain: the plan's outer-level operand traffic plus
+    the intermediate written and read back)."""
     inter = (spec.batch * spec.M * spec.L if isinstance(spec, GemmChain) else spec.N * spec.K1 * spec.H * spec.W) * 4
-    dram = dev.memory[0].total_read_bandwidth_bytes_per_s
-    unfused = max(plan.compute_s, (plan.levels[0].dv_bytes + 2 * inter) / dram)
-    return unfused <= UNFUSED_MARGIN * plan.predicted_s
+    return inter, (plan.levels[0].dv_bytes + 2 * inter) / dev.memory[0].total_read_bandwidth_bytes_per_s
 
 
 def predict_fusion_gain(spec, device: Any = None) -> dict[str, float]:
     """Predicted time fused vs unfused (the intermediate written to and read back from DRAM) on ``device``."""
     dev = hw.resolve_device(device)
     best = plan_chain(spec, dev, top_k=1)[0]
-    inter = (spec.batch * spec.M * spec.L if isinstance(spec, GemmChain) else spec.N * spec.K1 * spec.H * spec.W) * 4
-    dram = dev.memory[0].total_read_bandwidth_bytes_per_s
-    unfused_dram = best.levels[0].dv_bytes + 2 * inter
-    unfused = max(best.predicted_s, unfused_dram / dram, best.compute_s / best.parallel_efficiency)
+    inter, dram_s = _unfused_dram(spec, best, dev)
+    unfused = max(best.predicted_s, dram_s, best.compute_s / best.parallel_efficiency)
     return {"fused_ms": best.predicted_s * 1e3, "unfused_ms": unfused * 1e3,
             "predicted_gain": unfused / best.predicted_s, "intermediate_mib": inter / 2**20,
             "bottleneck": best.bottleneck}

@@ -296,15 +296,9 @@ class ExecPlan:
                 self.batches = batches
                 return
             # batch and row of every node, vectorised (a Python loop here costs ~0.2 µs per node per minibatch)
-            from itertools import chain
-
             import numpy as np
 
-            if getattr(batches, "flat", None) is not None:  # from the compiled simulator: already flat
-                lens, flat = batches.lens.astype(np.int64), batches.flat.astype(np.int64)
-            else:
-                lens = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
-                flat = np.fromiter(chain.from_iterable(batches), dtype=np.int64, count=int(lens.sum()))
+            lens, flat = _flatten(batches)
             starts = np.cumsum(lens) - lens
             bi = np.repeat(np.arange(len(batches), dtype=np.int64), lens)
             ri = np.arange(len(flat), dtype=np.int64) - np.repeat(starts, lens)
@@ -371,6 +365,17 @@ def _resolve_python(g: DynGraph, batches: list[list[int]], lb: list[int], lr: li
 
 
 
+def _flatten(batches) -> tuple[Any, Any]:
+    """(nodes per batch, every batch's nodes in order) as int64 numpy; a schedule from the compiled simulator is
+    already flat."""
+    import numpy as np
+
+    if getattr(batches, "flat", None) is not None:
+        return batches.lens.astype(np.int64), batches.flat.astype(np.int64)
+    lens = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
+    return lens, np.fromiter(chain.from_iterable(batches), dtype=np.int64, count=int(lens.sum()))
+
+
 def _resolve_compiled(g: DynGraph, batches: list[list[int]]):
     """The same argument specs as :func:`_resolve_vectorized`, from the compiled simulator library's one-pass
     resolver (None when the library is unavailable or the graph was not recorded). A schedule that the compiled
@@ -386,10 +391,7 @@ def _resolve_compiled(g: DynGraph, batches: list[list[int]]):
             return out
         r = fs.resolve()
     else:
-        import numpy as np
-
-        lens = np.fromiter(map(len, batches), dtype=np.int64, count=len(batches))
-        flat = np.fromiter(chain.from_iterable(batches), dtype=np.int64, count=int(lens.sum()))
+        lens, flat = _flatten(batches)
         r = fastsim.resolve(g.n, flat, lens, g.np_arity(), g.np_argflat())
     lb, lr, (gb, gk, gr, gn, gs, gu), runs = r
     steps: list = [[] for _ in range(len(batches))]

@@ -272,7 +272,6 @@ int dbs_last(void *p, int32_t *buf) {
 }
 
 int dbs_count(void *p, int t) { Sim *s = p; return s->tail[t] - s->head[t]; }
-int dbs_maxh(void *p, int t) { Sim *s = p; return s->fmaxh[t]; }
 int dbs_mind(void *p, int t) { Sim *s = p; return s->fmind[t]; }
 
 /* copy the node ids of the current frontier of t into buf; returns their number */
@@ -355,16 +354,8 @@ int dbs_resolve(int n, int nb, const int32_t *flat, const int32_t *bend, const i
                       rb, ro, rr, re, nruns);
 }
 
-/* resolution of the schedule a simulator just produced (its own arrays: nothing crosses the boundary) */
-int dbs_resolve_sim(void *p, int64_t *lb, int64_t *lr, int32_t *gbatch, int32_t *gkind, int32_t *grun0,
-                    int32_t *gnrun, int32_t *gsize, int32_t *gsrc, int32_t *rb, int32_t *ro, int32_t *rr,
-                    int32_t *re, int32_t *nruns) {
-  Sim *s = p;
-  return resolve_core(s->n, s->nb, s->out, s->bend, s->arity, s->argflat, lb, lr, gbatch, gkind, grun0, gnrun,
-                      gsize, gsrc, rb, ro, rr, re, nruns);
-}
-
-/* the same into two blocks: loc = [lb (n) | lr (n)] int64, blk = 6 group columns of gmax then 4 run columns of
+/* the schedule this simulator produced (its own arrays: nothing crosses the boundary), resolved into two blocks:
+   loc = [lb (n) | lr (n)] int64, blk = 6 group columns of gmax then 4 run columns of
    smax, int32; returns #groups, *nruns = #runs */
 int dbs_resolve_blk(void *p, int64_t *loc, int32_t *blk, int gmax, int smax, int32_t *nruns) {
   Sim *s = p;
@@ -497,9 +488,9 @@ def load() -> Optional[ctypes.CDLL]:
             sig = {"dbs_new": ([I, I, P, P, P], P), "dbs_free": ([P], None), "dbs_heights": ([P, P], None),
                    "dbs_depths": ([P, P], None), "dbs_start": ([P], None), "dbs_drain": ([P], I),
                    "dbs_step": ([P, I], I), "dbs_ready": ([P, P], I), "dbs_count": ([P, I], I),
-                   "dbs_maxh": ([P, I], I), "dbs_mind": ([P, I], I), "dbs_frontier": ([P, I, P], I),
+                   "dbs_mind": ([P, I], I), "dbs_frontier": ([P, I, P], I),
                    "dbs_result": ([P, P, P], I), "dbs_executed": ([P], I), "dbs_nbatches": ([P], I),
-                   "dbs_resolve": ([I, I] + [P] * 17, I), "dbs_resolve_sim": ([P] * 14, I),
+                   "dbs_resolve": ([I, I] + [P] * 17, I),
                    "dbs_ngroups": ([P], I), "dbs_nslots": ([P], I), "dbs_next": ([P, I, P], I),
                    "dbs_cp": ([P], I), "dbs_last": ([P, P], I), "dbs_bend": ([P, P], None),
                    "dbs_firsts": ([P, P], None), "dbs_resolve_blk": ([P, P, P, I, I, P], I)}
@@ -600,9 +591,6 @@ class FastSim:
 
     def count(self, t: int) -> int:
         return self.lib.dbs_count(self.h, t)
-
-    def maxh(self, t: int) -> int:
-        return self.lib.dbs_maxh(self.h, t)
 
     def mind(self, t: int) -> int:
         return self.lib.dbs_mind(self.h, t)

@@ -159,7 +159,9 @@ class FSMPolicy(Policy):
         if self.fallback.typewise:
             sim.enable_typewise()
 
-    def greedy(self, sim: Sim, ready: list[int], table: dict | None = None) -> int:
+    def greedy(self, sim: Sim, ready: list[int], table: dict | None = None, fast: bool = False) -> int:
+        """Best action of the table for this frontier (``fast``: ``sim`` is the compiled ``FastSim`` and a miss goes
+        to the fallback's compiled chooser)."""
         if table is None and self.encoding == "set":
             # inference fast path: the "set" state depends only on the ready type ids, so the decision of a
             # state is memoised per graph by those ids (no key strings, no Q row per step)
@@ -169,21 +171,23 @@ class FSMPolicy(Policy):
             k = tuple(ready)
             t = memo[1].get(k)
             if t is None:
-                t = self._greedy(sim, ready, self.table)
+                t = self._greedy(sim, ready, self.table, fast)
                 if self._last_hit:
                     memo[1][k] = t
             else:
                 self.lookups += 1
             return t
-        return self._greedy(sim, ready, self.table if table is None else table)
+        return self._greedy(sim, ready, self.table if table is None else table, fast)
 
-    def _greedy(self, sim: Sim, ready: list[int], table: dict) -> int:
+    def _greedy(self, sim: Sim, ready: list[int], table: dict, fast: bool = False) -> int:
         s = encode(sim, ready, self.encoding)
         row = table.get(s)
         self.lookups += 1
         self._last_hit = row is not None
         if row is None:
             self.misses += 1
+            if fast:
+                return self.fallback.choose_fast(sim, ready)
             self._fallback_ready(sim)
             return self.fallback.choose(sim, ready)
         keys = sim.g.type_keys
@@ -194,8 +198,8 @@ class FSMPolicy(Policy):
         if len(cand) == 1:
             return cand[0]
         # ties: larger frontier first (cheap; the type-wise counts are only paid for on a miss)
-        fr = sim.frontier
-        return min(cand, key=lambda t: (-len(fr[t]), keys[t]))
+        cnt = sim.count
+        return min(cand, key=lambda t: (-cnt(t), keys[t]))
 
     def choose(self, sim: Sim, ready: list[int]) -> int:
         return self.greedy(sim, ready)
@@ -208,28 +212,7 @@ class FSMPolicy(Policy):
         return {"heights": True}
 
     def choose_fast(self, fs, ready: list[int]) -> int:
-        memo = self._memo
-        if memo[0] is not fs.g:
-            memo[0], memo[1] = fs.g, {}
-        k = tuple(ready)
-        if self.encoding == "set":  # the state depends only on the ready type ids: memoise table hits
-            t = memo[1].get(k)
-            if t is not None:
-                self.lookups += 1
-                return t
-        row = self.table.get(encode(fs, ready, self.encoding))
-        self.lookups += 1
-        if row is None:
-            self.misses += 1
-            return self.fallback.choose_fast(fs, ready)
-        keys = fs.g.type_keys
-        qs = [row.get(keys[t], 0.0) for t in ready]
-        best = max(qs)
-        cand = [t for t, q in zip(ready, qs) if q == best]
-        t = cand[0] if len(cand) == 1 else min(cand, key=lambda t: (-fs.count(t), keys[t]))
-        if self.encoding == "set":
-            memo[1][k] = t
-        return t
+        return self.greedy(fs, ready, fast=True)
 
     # --- training ---------------------------------------------------------------------------------------------
     def _rollout(self, g: GraphView, table: dict, eps: float, rng: random.Random, cfg: QConfig | None) -> int:
