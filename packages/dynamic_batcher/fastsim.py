@@ -434,6 +434,362 @@ int dbs_ngroups(void *p) {
   return G;
 }
 int dbs_nslots(void *p) { return ((Sim *)p)->nslots; }
+
+/* ---- beam search over type sequences (the FSM's search step on graphs it does not schedule optimally) ----------
+   A state is an executed set; a move runs every ready node of one type (then the unbatchable nodes it frees).
+   Score of a state: sum over components (instances) of r_k^p, r_k = the largest height of an unexecuted node of
+   instance k (0 when none): how far each instance still is from its end, the longest weighted most. Every
+   unexecuted node at height r_k is ready (its ancestors are higher), so a move of type t lowers r_k by exactly one
+   when all of them have type t (crit_k == {t}) and leaves it otherwise: children are scored without being built,
+   and only the W best distinct ones (Zobrist hash of the executed set) are materialised. */
+static int maxpath_counts(Sim *s, int *best);
+static int head_tail(Sim *s, const int *best, char *role, int *order);
+typedef struct { uint64_t *ex, *rd; int *r; uint64_t *crit; int *cnt; uint64_t *zr; uint64_t hz; double score;
+                 int n0; } BState;
+typedef struct { double score; uint64_t hz; int parent, t; } BCand;
+
+/* candidate order: score, then parent (beam order), then type */
+static inline int bc_less(const BCand *x, const BCand *y) {
+  if (x->score != y->score) return x->score < y->score;
+  if (x->parent != y->parent) return x->parent < y->parent;
+  return x->t < y->t;
+}
+
+/* binary min-heap on bc_less: the beam only takes the first W distinct candidates, so a heap pops those
+   (W log nc) instead of sorting all nc */
+static void bc_sift(BCand *a, int n, int i) {
+  for (;;) {
+    int l = 2 * i + 1, m = i;
+    if (l < n && bc_less(&a[l], &a[m])) m = l;
+    if (l + 1 < n && bc_less(&a[l + 1], &a[m])) m = l + 1;
+    if (m == i) return;
+    BCand t = a[i]; a[i] = a[m]; a[m] = t;
+    i = m;
+  }
+}
+
+/* Returns the number of types written to seq (heads, the searched steps, tails), or -1 (more than 64 types, a
+   sequence longer than maxsteps, no memory). The search runs on the core nodes only, renumbered densely. */
+int dbs_beam(void *p, int W, int power, int32_t *seq, int maxsteps) {
+  Sim *s = p;
+  int n = s->n, nt = s->nt, ret = -1;
+  if (nt > 64 || W < 1 || n < 1) return -1;
+  dbs_heights(p, NULL);
+  int *best = calloc(nt + 1, sizeof(int)), *torder = malloc(sizeof(int) * (nt + 1));
+  char *role = calloc(nt + 1, 1);
+  int *root = malloc(sizeof(int) * n), *comp = malloc(sizeof(int) * n), *cid = malloc(sizeof(int) * n);
+  int *map = malloc(sizeof(int) * n);
+  /* everything below is declared up front so that one cleanup path frees it */
+  int *ctype = NULL, *ch = NULL, *ccomp = NULL, *csptr = NULL, *csidx = NULL, *cpptr = NULL, *cpidx = NULL;
+  int *maxh = NULL, *base = NULL, *lvoff = NULL, *lvnode = NULL, *hpar = NULL, *htyp = NULL, *queue = NULL;
+  int *touched = NULL;
+  double *pw = NULL, *delta = NULL;
+  uint64_t *tmask = NULL, *Z = NULL, *seen = NULL;
+  char *mem = NULL, *tflag = NULL;
+  BState *pool = NULL;
+  BCand *cand = NULL;
+  if (!best || !torder || !role || !root || !comp || !cid || !map || maxpath_counts(s, best) < 0) goto out;
+  int ntail = head_tail(s, best, role, torder), nhead = 0;
+  for (int t = 1; t < nt; t++) if (role[t] == 1) nhead++;
+  /* components of the whole graph (union-find), numbered by first node id */
+  for (int v = 0; v < n; v++) root[v] = v;
+  for (int v = 0, e = 0; v < n; v++)
+    for (int j = 0; j < s->arity[v]; j++, e++) {
+      int a = v, b = (int)s->argflat[2 * e];
+      while (root[a] != a) { root[a] = root[root[a]]; a = root[a]; }
+      while (root[b] != b) { root[b] = root[root[b]]; b = root[b]; }
+      if (a != b) root[a] = b;
+    }
+  int K = 0;
+  for (int v = 0; v < n; v++) cid[v] = -1;
+  for (int v = 0; v < n; v++) {
+    int a = v;
+    while (root[a] != a) a = root[a];
+    if (cid[a] < 0) cid[a] = K++;
+    comp[v] = cid[a];
+  }
+  /* the core graph: nodes of non-head, non-tail types; edges between core nodes (a head argument is executed
+     from the start, a tail successor never blocks anything) */
+  int m = 0, ne = 0;
+  for (int v = 0; v < n; v++) map[v] = role[s->types[v]] ? -1 : m++;
+  ctype = malloc(sizeof(int) * (m + 1)); ch = malloc(sizeof(int) * (m + 1)); ccomp = malloc(sizeof(int) * (m + 1));
+  csptr = calloc(m + 1, sizeof(int)); cpptr = calloc(m + 1, sizeof(int));
+  Z = malloc(sizeof(uint64_t) * (m + 1));
+  if (!ctype || !ch || !ccomp || !csptr || !cpptr || !Z) goto out;
+  uint64_t x = 0x9E3779B97F4A7C15ULL;
+  for (int v = 0, e = 0; v < n; v++) {
+    x ^= x << 13; x ^= x >> 7; x ^= x << 17;  /* the keys of the original ids (the Python twin's) */
+    int i = map[v];
+    if (i < 0) { e += s->arity[v]; continue; }
+    ctype[i] = s->types[v]; ch[i] = s->h[v]; ccomp[i] = comp[v]; Z[i] = x * 0x2545F4914F6CDD1DULL;
+    for (int j = 0; j < s->arity[v]; j++, e++) {
+      int a = map[s->argflat[2 * e]];
+      if (a >= 0) { cpptr[i + 1]++; csptr[a + 1]++; ne++; }
+    }
+  }
+  for (int i = 0; i < m; i++) { cpptr[i + 1] += cpptr[i]; csptr[i + 1] += csptr[i]; }
+  cpidx = malloc(sizeof(int) * (ne + 1)); csidx = malloc(sizeof(int) * (ne + 1));
+  queue = malloc(sizeof(int) * (m + 1));
+  if (!cpidx || !csidx || !queue) goto out;
+  memcpy(queue, csptr, sizeof(int) * m);  /* fill pointers */
+  for (int v = 0, e = 0; v < n; v++) {
+    int i = map[v];
+    if (i < 0) { e += s->arity[v]; continue; }
+    int k = cpptr[i];
+    for (int j = 0; j < s->arity[v]; j++, e++) {
+      int a = map[s->argflat[2 * e]];
+      if (a >= 0) { cpidx[k++] = a; csidx[queue[a]++] = i; }
+    }
+  }
+  /* per component, the core nodes at each height level (CSR over (component, level)) */
+  maxh = calloc(K + 1, sizeof(int)); base = malloc(sizeof(int) * (K + 1));
+  if (!maxh || !base) goto out;
+  for (int i = 0; i < m; i++) if (ch[i] > maxh[ccomp[i]]) maxh[ccomp[i]] = ch[i];
+  base[0] = 0;
+  for (int k = 0; k < K; k++) base[k + 1] = base[k] + maxh[k] + 1;
+  lvoff = calloc(base[K] + 2, sizeof(int)); lvnode = malloc(sizeof(int) * (m + 1));
+  if (!lvoff || !lvnode) goto out;
+  for (int i = 0; i < m; i++) lvoff[base[ccomp[i]] + ch[i] + 1]++;
+  for (int i = 0; i < base[K]; i++) lvoff[i + 1] += lvoff[i];
+  {
+    int *fill = malloc(sizeof(int) * (base[K] + 1));
+    if (!fill) goto out;
+    memcpy(fill, lvoff, sizeof(int) * (base[K] + 1));
+    for (int i = 0; i < m; i++) lvnode[fill[base[ccomp[i]] + ch[i]]++] = i;
+    free(fill);
+  }
+  int hmax = 0;
+  for (int k = 0; k < K; k++) if (maxh[k] > hmax) hmax = maxh[k];
+  pw = malloc(sizeof(double) * (hmax + 2));
+  int nw = (m + 63) / 64;
+  tmask = calloc((size_t)nt * nw + 1, sizeof(uint64_t));
+  if (!pw || !tmask) goto out;
+  for (int r = 0; r <= hmax + 1; r++) { double y = 1; for (int i = 0; i < power; i++) y *= r; pw[r] = y; }
+  for (int i = 0; i < m; i++) tmask[(size_t)ctype[i] * nw + i / 64] |= 1ULL << (i % 64);
+  /* state pools: every array of a state lies in one block from ex on (one memcpy copies a state) */
+  size_t ssz = sizeof(uint64_t) * (2 * nw + K + nt) + sizeof(int) * (K + nt);
+  ssz = (ssz + 7) / 8 * 8;  /* the next state's uint64 arrays stay aligned */
+  mem = malloc(ssz * 2 * W); pool = malloc(sizeof(BState) * 2 * W);
+  int hcap = 256;
+  hpar = malloc(sizeof(int) * (size_t)hcap * W); htyp = malloc(sizeof(int) * (size_t)hcap * W);
+  cand = malloc(sizeof(BCand) * (size_t)W * nt); touched = malloc(sizeof(int) * (K + 1));
+  tflag = calloc(K + 1, 1); seen = malloc(sizeof(uint64_t) * W); delta = malloc(sizeof(double) * nt);
+  if (!mem || !pool || !hpar || !htyp || !cand || !touched || !tflag || !seen || !delta) goto out;
+  for (int i = 0; i < 2 * W; i++) {
+    char *q = mem + ssz * i;
+    pool[i].ex = (uint64_t *)q; q += sizeof(uint64_t) * nw;
+    pool[i].rd = (uint64_t *)q; q += sizeof(uint64_t) * nw;
+    pool[i].crit = (uint64_t *)q; q += sizeof(uint64_t) * K;
+    pool[i].zr = (uint64_t *)q; q += sizeof(uint64_t) * nt;
+    pool[i].r = (int *)q; q += sizeof(int) * K;
+    pool[i].cnt = (int *)q;
+  }
+
+#define BIT(a, v) (((a)[(v) / 64] >> ((v) % 64)) & 1ULL)
+  /* run core node v in state S: mark it, free its successors (unbatchable ones queued) */
+  #define RUN_NODE(S, v, qn) do { \
+    int v_ = (v); \
+    (S)->ex[v_ / 64] |= 1ULL << (v_ % 64); (S)->rd[v_ / 64] &= ~(1ULL << (v_ % 64)); \
+    if (ch[v_] >= (S)->r[ccomp[v_]] && !tflag[ccomp[v_]]) { tflag[ccomp[v_]] = 1; touched[ntouch++] = ccomp[v_]; } \
+    for (int e_ = csptr[v_]; e_ < csptr[v_ + 1]; e_++) { \
+      int w_ = csidx[e_]; \
+      if (BIT((S)->ex, w_) || BIT((S)->rd, w_)) continue; \
+      int ok_ = 1; \
+      for (int f_ = cpptr[w_]; f_ < cpptr[w_ + 1]; f_++) if (!BIT((S)->ex, cpidx[f_])) { ok_ = 0; break; } \
+      if (!ok_) continue; \
+      (S)->rd[w_ / 64] |= 1ULL << (w_ % 64); \
+      int tw_ = ctype[w_]; \
+      if (tw_ == 0) queue[qn++] = w_; else { (S)->cnt[tw_]++; (S)->zr[tw_] ^= Z[w_]; } \
+    } } while (0)
+  /* r_k: the highest level with an unexecuted node; crit_k: the types there */
+  #define SETTLE(S, k, r, cm) do { \
+    for (;;) { \
+      cm = 0; \
+      for (int j_ = lvoff[base[k] + r]; j_ < lvoff[base[k] + r + 1]; j_++) \
+        if (!BIT((S)->ex, lvnode[j_])) cm |= 1ULL << ctype[lvnode[j_]]; \
+      if (cm || r == 0) break; \
+      r--; \
+    } } while (0)
+
+  int ntouch = 0;
+  /* initial state: core sources ready, unbatchable ones drained */
+  BState *S0 = &pool[0];
+  memset(S0->ex, 0, ssz);
+  S0->hz = 0; S0->n0 = 0;
+  {
+    int qn = 0, qh = 0;
+    for (int i = 0; i < m; i++) if (cpptr[i] == cpptr[i + 1]) {
+      S0->rd[i / 64] |= 1ULL << (i % 64);
+      if (ctype[i] == 0) queue[qn++] = i; else { S0->cnt[ctype[i]]++; S0->zr[ctype[i]] ^= Z[i]; }
+    }
+    while (qh < qn) { int v = queue[qh++]; S0->n0++; RUN_NODE(S0, v, qn); }
+    for (int i = 0; i < ntouch; i++) tflag[touched[i]] = 0;
+    ntouch = 0;
+  }
+  S0->score = 0;
+  for (int k = 0; k < K; k++) {
+    int r = maxh[k];
+    uint64_t cm;
+    SETTLE(S0, k, r, cm);
+    S0->r[k] = r; S0->crit[k] = cm; S0->score += pw[r];
+  }
+  BState *cur = pool, *nxt = pool + W;
+  int nb = 1, step = 0;
+  while (nb > 0) {
+    /* a finished state (nothing ready) ends the search: the first in beam order */
+    for (int i = 0; i < nb && ret < 0; i++) {
+      int any = 0;
+      for (int t = 1; t < nt; t++) if (cur[i].cnt[t]) { any = 1; break; }
+      if (any) continue;
+      if (nhead + step + ntail > maxsteps) goto out;
+      for (int t = 1, j = 0; t < nt; t++) if (role[t] == 1) seq[j++] = t;
+      for (int j = step - 1, b = i; j >= 0; j--) {
+        seq[nhead + j] = htyp[(size_t)j * W + b];
+        b = hpar[(size_t)j * W + b];
+      }
+      for (int j = 0; j < ntail; j++) seq[nhead + step + j] = torder[j];
+      ret = nhead + step + ntail;
+    }
+    if (ret >= 0) break;
+    if (step == hcap) {  /* grow the history */
+      hcap *= 2;
+      int *a = realloc(hpar, sizeof(int) * (size_t)hcap * W), *b = a ? realloc(htyp, sizeof(int) * (size_t)hcap * W) : NULL;
+      if (a) hpar = a;
+      if (b) htyp = b;
+      if (!a || !b) goto out;
+    }
+    int nc = 0;
+    for (int i = 0; i < nb; i++) {
+      BState *S = &cur[i];
+      for (int t = 0; t < nt; t++) delta[t] = 0;
+      for (int k = 0; k < K; k++) {
+        uint64_t c = S->crit[k];
+        if (c && !(c & (c - 1)) && S->r[k] > 0) delta[__builtin_ctzll(c)] += pw[S->r[k]] - pw[S->r[k] - 1];
+      }
+      for (int t = 1; t < nt; t++) if (S->cnt[t]) {
+        cand[nc].score = S->score - delta[t]; cand[nc].hz = S->hz ^ S->zr[t];
+        cand[nc].parent = i; cand[nc].t = t; nc++;
+      }
+    }
+    for (int i = nc / 2 - 1; i >= 0; i--) bc_sift(cand, nc, i);
+    int nn = 0;
+    while (nc > 0 && nn < W) {
+      BCand cb = cand[0];
+      cand[0] = cand[--nc];
+      bc_sift(cand, nc, 0);
+      int dup = 0;
+      for (int j = 0; j < nn; j++) if (seen[j] == cb.hz) { dup = 1; break; }
+      if (dup) continue;
+      seen[nn] = cb.hz;
+      BState *P = &cur[cb.parent], *C = &nxt[nn];
+      memcpy(C->ex, P->ex, ssz);
+      C->hz = cb.hz; C->n0 = P->n0;
+      int t = cb.t, qn = 0, qh = 0;
+      ntouch = 0;
+      uint64_t *tm = tmask + (size_t)t * nw;
+      C->cnt[t] = 0; C->zr[t] = 0;  /* before the batch runs: it may free type-t successors (the next frontier) */
+      for (int wi = 0; wi < nw; wi++) {
+        uint64_t b = P->rd[wi] & tm[wi];
+        while (b) { int v = wi * 64 + __builtin_ctzll(b); b &= b - 1; RUN_NODE(C, v, qn); }
+      }
+      while (qh < qn) { int v = queue[qh++]; C->n0++; RUN_NODE(C, v, qn); }
+      for (int i = 0; i < ntouch; i++) {
+        int k = touched[i], r = C->r[k];
+        uint64_t cm;
+        tflag[k] = 0;
+        SETTLE(C, k, r, cm);
+        C->r[k] = r; C->crit[k] = cm;
+      }
+      double sc = 0;  /* summed afresh in component order: the Python twin rounds the same way */
+      for (int k = 0; k < K; k++) sc += pw[C->r[k]];
+      C->score = sc;
+      hpar[(size_t)step * W + nn] = cb.parent;
+      htyp[(size_t)step * W + nn] = t;
+      nn++;
+    }
+    BState *tmp = cur; cur = nxt; nxt = tmp;
+    nb = nn;
+    step++;
+  }
+#undef SETTLE
+#undef RUN_NODE
+#undef BIT
+out:
+  free(best); free(torder); free(role); free(root); free(comp); free(cid); free(map);
+  free(ctype); free(ch); free(ccomp); free(csptr); free(csidx); free(cpptr); free(cpidx);
+  free(maxh); free(base); free(lvoff); free(lvnode); free(hpar); free(htyp); free(queue); free(touched);
+  free(pw); free(delta); free(tmask); free(Z); free(seen); free(mem); free(tflag); free(pool); free(cand);
+  return ret;
+}
+
+/* per batchable type: the most type-t nodes on one path (best[t]); returns #unbatchable nodes, -1 on no memory */
+static int maxpath_counts(Sim *s, int *best) {
+  int n = s->n, nt = s->nt;
+  int *c = calloc((size_t)n * nt + 1, sizeof(int));
+  if (!c) return -1;
+  int unb = 0, e = 0;
+  for (int v = 0; v < n; v++) {
+    int *cv = c + (size_t)v * nt;
+    for (int j = 0; j < s->arity[v]; j++, e++) {
+      int *cp = c + (size_t)s->argflat[2 * e] * nt;
+      for (int t = 1; t < nt; t++) if (cp[t] > cv[t]) cv[t] = cp[t];
+    }
+    if (s->types[v]) { if (++cv[s->types[v]] > best[s->types[v]]) best[s->types[v]] = cv[s->types[v]]; }
+    else unb++;
+  }
+  free(c);
+  return unb;
+}
+
+/* the type-wise lower bound: #unbatchable nodes + sum over types of the most type-t nodes on one path */
+int dbs_typewise_lb(void *p) {
+  Sim *s = p;
+  int *best = calloc(s->nt + 1, sizeof(int));
+  int unb = best ? maxpath_counts(s, best) : -1;
+  if (unb >= 0) for (int t = 1; t < s->nt; t++) unb += best[t];
+  free(best);
+  return unb;
+}
+
+/* Types the search can leave out (role 1: head, 2: tail), and the tail types in a runnable order (returns their
+   number). A head type has only source nodes: one batch of it first is its minimum and frees the same nodes as
+   any other schedule. A tail type's nodes only feed tail-type nodes, at most one of its nodes lies on any path,
+   and the tail types are acyclic: one batch of each at the end, in that order, is their minimum. Restricting an
+   optimal schedule to the other (core) types gives a schedule of the core problem, so
+   heads + best core schedule + tails is optimal when the core schedule is. */
+static int head_tail(Sim *s, const int *best, char *role, int *order) {
+  int n = s->n, nt = s->nt;
+  for (int t = 0; t < nt; t++) role[t] = t ? 1 : 0;
+  for (int v = 0; v < n; v++) if (s->arity[v]) role[s->types[v]] = 0;
+  for (int t = 0; t < nt; t++) if (t && !role[t] && best[t] == 1) role[t] = 2;
+  int *indeg = malloc(sizeof(int) * (nt + 1)), norder = 0;
+  char *edge = calloc((size_t)nt * nt + 1, 1);
+  for (;;) {
+    for (int changed = 1; changed;) {  /* closure: a tail node feeds tail nodes only */
+      changed = 0;
+      for (int v = 0; v < n; v++) {
+        if (role[s->types[v]] != 2) continue;
+        for (int e = s->sptr[v]; e < s->sptr[v + 1]; e++)
+          if (role[s->types[s->sidx[e]]] != 2) { role[s->types[v]] = 0; changed = 1; break; }
+      }
+    }
+    memset(edge, 0, (size_t)nt * nt);
+    for (int v = 0; v < n; v++) if (role[s->types[v]] == 2)
+      for (int e = s->sptr[v]; e < s->sptr[v + 1]; e++) edge[(size_t)s->types[v] * nt + s->types[s->sidx[e]]] = 1;
+    for (int t = 0; t < nt; t++) indeg[t] = 0;
+    for (int a = 0; a < nt; a++) for (int b = 0; b < nt; b++) if (edge[(size_t)a * nt + b] && a != b) indeg[b]++;
+    norder = 0;
+    int ntail = 0;
+    for (int t = 0; t < nt; t++) if (role[t] == 2) { ntail++; if (!indeg[t]) order[norder++] = t; }
+    for (int i = 0; i < norder; i++)
+      for (int b = 0; b < nt; b++)
+        if (b != order[i] && edge[(size_t)order[i] * nt + b] && --indeg[b] == 0) order[norder++] = b;
+    if (norder == ntail) break;
+    for (int t = 0; t < nt; t++) if (role[t] == 2 && indeg[t] > 0) role[t] = 0;  /* on a type cycle: core */
+  }
+  free(indeg); free(edge);
+  return norder;
+}
 """
 
 _lock = threading.Lock()
@@ -493,7 +849,8 @@ def load() -> Optional[ctypes.CDLL]:
                    "dbs_resolve": ([I, I] + [P] * 17, I),
                    "dbs_ngroups": ([P], I), "dbs_nslots": ([P], I), "dbs_next": ([P, I, P], I),
                    "dbs_cp": ([P], I), "dbs_last": ([P, P], I), "dbs_bend": ([P, P], None),
-                   "dbs_firsts": ([P, P], None), "dbs_resolve_blk": ([P, P, P, I, I, P], I)}
+                   "dbs_firsts": ([P, P], None), "dbs_resolve_blk": ([P, P, P, I, I, P], I),
+                   "dbs_beam": ([P, I, I, P, I], I), "dbs_typewise_lb": ([P], I)}
             for name, (args, res) in sig.items():
                 f = getattr(lib, name)
                 f.argtypes, f.restype = args, res
@@ -637,6 +994,17 @@ class FastSim:
         bend = (ctypes.c_int32 * (n + 1))()
         self.lib.dbs_result(self.h, out, bend)
         return out[:self.executed]
+
+    def beam(self, width: int, power: int) -> list[int] | None:
+        """Type sequence found by the compiled beam search (see ``dbs_beam``), from the start state (call on a
+        fresh simulator); None when unsupported (more than 64 types)."""
+        buf = (ctypes.c_int32 * (self.n + 1))()
+        k = self.lib.dbs_beam(self.h, int(width), int(power), buf, self.n + 1)
+        return None if k < 0 else buf[:k]
+
+    def typewise_lb(self) -> int:
+        """#unbatchable nodes + Σ_t the most type-t nodes on one path (= ``GraphView.lower_bound``)."""
+        return self.lib.dbs_typewise_lb(self.h)
 
     def steps(self, shapes: list) -> tuple:
         """(loc_b, loc_r, steps) of the planner, built in C (needs the Python.h build; else None)."""
