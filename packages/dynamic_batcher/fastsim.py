@@ -444,9 +444,10 @@ int dbs_nslots(void *p) { return ((Sim *)p)->nslots; }
    and only the W best distinct ones (Zobrist hash of the executed set) are materialised. */
 static int maxpath_counts(Sim *s, int *best);
 static int head_tail(Sim *s, const int *best, char *role, int *order);
-typedef struct { uint64_t *ex, *rd; int *r; uint64_t *crit; int *cnt; uint64_t *zr; uint64_t hz; double score;
+int dbs_typewise_lb(void *p);
+typedef struct { uint64_t *ex, *rd; int *r; uint64_t *crit; int *cnt; uint64_t *zr; uint64_t hz; long long score;
                  int n0; } BState;
-typedef struct { double score; uint64_t hz; int parent, t; } BCand;
+typedef struct { long long score; uint64_t hz; int parent, t; } BCand;
 
 /* candidate order: score, then parent (beam order), then type */
 static inline int bc_less(const BCand *x, const BCand *y) {
@@ -483,7 +484,7 @@ int dbs_beam(void *p, int W, int power, int32_t *seq, int maxsteps) {
   int *ctype = NULL, *ch = NULL, *ccomp = NULL, *csptr = NULL, *csidx = NULL, *cpptr = NULL, *cpidx = NULL;
   int *maxh = NULL, *base = NULL, *lvoff = NULL, *lvnode = NULL, *hpar = NULL, *htyp = NULL, *queue = NULL;
   int *touched = NULL;
-  double *pw = NULL, *delta = NULL;
+  long long *pw = NULL, *delta = NULL;
   uint64_t *tmask = NULL, *Z = NULL, *seen = NULL;
   char *mem = NULL, *tflag = NULL;
   BState *pool = NULL;
@@ -560,11 +561,24 @@ int dbs_beam(void *p, int W, int power, int32_t *seq, int maxsteps) {
   }
   int hmax = 0;
   for (int k = 0; k < K; k++) if (maxh[k] > hmax) hmax = maxh[k];
-  pw = malloc(sizeof(double) * (hmax + 2));
+  pw = malloc(sizeof(long long) * (hmax + 2));
   int nw = (m + 63) / 64;
   tmask = calloc((size_t)nt * nw + 1, sizeof(uint64_t));
   if (!pw || !tmask) goto out;
-  for (int r = 0; r <= hmax + 1; r++) { double y = 1; for (int i = 0; i < power; i++) y *= r; pw[r] = y; }
+  /* integer scores (exact, so any summation order gives the same ties as the Python twin): the power is lowered
+     until hmax^power * (K + 1) fits in 62 bits */
+  long long lim = (1LL << 62) / (K + 1);
+  for (; power > 1; power--) {
+    long long y = 1;
+    int ok = 1;
+    for (int i = 0; i < power && ok; i++) { if (hmax && y > lim / hmax) ok = 0; else y *= hmax; }
+    if (ok) break;
+  }
+  for (int r = 0; r <= hmax + 1 && r >= 0; r++) {
+    long long y = 1;
+    for (int i = 0; i < power; i++) y *= r;
+    pw[r] = r <= hmax ? y : pw[r - 1];  /* r = hmax + 1 is never used */
+  }
   for (int i = 0; i < m; i++) tmask[(size_t)ctype[i] * nw + i / 64] |= 1ULL << (i % 64);
   /* state pools: every array of a state lies in one block from ex on (one memcpy copies a state) */
   size_t ssz = sizeof(uint64_t) * (2 * nw + K + nt) + sizeof(int) * (K + nt);
@@ -573,7 +587,7 @@ int dbs_beam(void *p, int W, int power, int32_t *seq, int maxsteps) {
   int hcap = 256;
   hpar = malloc(sizeof(int) * (size_t)hcap * W); htyp = malloc(sizeof(int) * (size_t)hcap * W);
   cand = malloc(sizeof(BCand) * (size_t)W * nt); touched = malloc(sizeof(int) * (K + 1));
-  tflag = calloc(K + 1, 1); seen = malloc(sizeof(uint64_t) * W); delta = malloc(sizeof(double) * nt);
+  tflag = calloc(K + 1, 1); seen = malloc(sizeof(uint64_t) * W); delta = malloc(sizeof(long long) * nt);
   if (!mem || !pool || !hpar || !htyp || !cand || !touched || !tflag || !seen || !delta) goto out;
   for (int i = 0; i < 2 * W; i++) {
     char *q = mem + ssz * i;
@@ -700,8 +714,8 @@ int dbs_beam(void *p, int W, int power, int32_t *seq, int maxsteps) {
         SETTLE(C, k, r, cm);
         C->r[k] = r; C->crit[k] = cm;
       }
-      double sc = 0;  /* summed afresh in component order: the Python twin rounds the same way */
-      for (int k = 0; k < K; k++) sc += pw[C->r[k]];
+      long long sc = P->score;
+      for (int i = 0; i < ntouch; i++) sc += pw[C->r[touched[i]]] - pw[P->r[touched[i]]];
       C->score = sc;
       hpar[(size_t)step * W + nn] = cb.parent;
       htyp[(size_t)step * W + nn] = t;
@@ -719,6 +733,42 @@ out:
   free(ctype); free(ch); free(ccomp); free(csptr); free(csidx); free(cpptr); free(cpidx);
   free(maxh); free(base); free(lvoff); free(lvnode); free(hpar); free(htyp); free(queue); free(touched);
   free(pw); free(delta); free(tmask); free(Z); free(seen); free(mem); free(tflag); free(pool); free(cand);
+  return ret;
+}
+
+/* the critical-path policy to the end in one call (the FSM with an empty table: every state misses and the
+   fallback decides); returns the number of decisions among several ready types, -1 on a corrupt graph */
+int dbs_run_cp(void *p) {
+  Sim *s = p;
+  int32_t *buf = malloc(sizeof(int32_t) * (s->nt + 1));
+  if (!buf) return -1;
+  int decisions = 0, k = dbs_next(p, -1, buf);
+  while (k > 0) {
+    int t = buf[0];
+    if (k > 1) { t = dbs_cp(p); decisions++; }
+    k = dbs_next(p, t, buf);
+  }
+  free(buf);
+  return (k < 0 || s->executed != s->n) ? -1 : decisions;
+}
+
+/* The FSM's search step in one call: the type-wise bound into *lb; when it is below `threshold` (the batches of
+   the schedule in hand), the beam search, replayed into this (fresh) simulator. Returns the search's batch count,
+   0 when the bound already equals the threshold (no search), -1 on failure. */
+int dbs_search(void *p, int W, int power, int threshold, int32_t *lb) {
+  Sim *s = p;
+  int b = dbs_typewise_lb(p);
+  *lb = b;
+  if (b < 0) return -1;
+  if (b >= threshold) return 0;
+  int32_t *seq = malloc(sizeof(int32_t) * (s->n + 1)), *buf = malloc(sizeof(int32_t) * (s->nt + 1));
+  int k = (seq && buf) ? dbs_beam(p, W, power, seq, s->n + 1) : -1, ret = -1;
+  if (k >= 0 && dbs_next(p, -1, buf) >= 0) {
+    int i = 0;
+    while (i < k && dbs_next(p, seq[i], buf) >= 0) i++;
+    if (i == k && s->executed == s->n) ret = s->nb;
+  }
+  free(seq); free(buf);
   return ret;
 }
 
@@ -850,7 +900,8 @@ def load() -> Optional[ctypes.CDLL]:
                    "dbs_ngroups": ([P], I), "dbs_nslots": ([P], I), "dbs_next": ([P, I, P], I),
                    "dbs_cp": ([P], I), "dbs_last": ([P, P], I), "dbs_bend": ([P, P], None),
                    "dbs_firsts": ([P, P], None), "dbs_resolve_blk": ([P, P, P, I, I, P], I),
-                   "dbs_beam": ([P, I, I, P, I], I), "dbs_typewise_lb": ([P], I)}
+                   "dbs_beam": ([P, I, I, P, I], I), "dbs_typewise_lb": ([P], I),
+                   "dbs_search": ([P, I, I, I, P], I), "dbs_run_cp": ([P], I)}
             for name, (args, res) in sig.items():
                 f = getattr(lib, name)
                 f.argtypes, f.restype = args, res
@@ -1001,6 +1052,24 @@ class FastSim:
         buf = (ctypes.c_int32 * (self.n + 1))()
         k = self.lib.dbs_beam(self.h, int(width), int(power), buf, self.n + 1)
         return None if k < 0 else buf[:k]
+
+    def search(self, width: int, power: int, threshold: int) -> tuple[int, int | None]:
+        """The FSM's search step on a fresh simulator: (type-wise lower bound, batches of the beam search's
+        schedule, now held by this simulator); batches None when the bound is >= ``threshold`` (nothing to gain)
+        or the search is unsupported."""
+        lb = ctypes.c_int32(0)
+        k = self.lib.dbs_search(self.h, int(width), int(power), int(threshold), ctypes.byref(lb))
+        return lb.value, (k if k > 0 else None)
+
+    def run_cp(self) -> int:
+        """Schedule to the end with the critical-path choice (needs ``heights``); returns the number of decisions
+        among several ready types."""
+        k = self.lib.dbs_run_cp(self.h)
+        if k < 0:
+            from .errors import BatcherError
+
+            raise BatcherError("fastsim: critical-path schedule stopped before the end (corrupt graph arrays)")
+        return k
 
     def typewise_lb(self) -> int:
         """#unbatchable nodes + Σ_t the most type-t nodes on one path (= ``GraphView.lower_bound``)."""

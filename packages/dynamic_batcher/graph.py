@@ -441,7 +441,7 @@ class GraphView:
             level += 1
         return None  # unreachable goal: cannot happen on a DAG
 
-    def lower_bounds(self, max_states: int = 20_000, top: int = 4) -> dict[str, Any]:
+    def lower_bounds(self, max_states: int = 20_000, top: int = 4, deep_states: int = 0) -> dict[str, Any]:
         """Every valid lower bound we compute, and the tightest (``best``).
 
         * ``typewise``: #unbatchable + Σ_t max type-t nodes on a path (the reference's bound);
@@ -452,7 +452,9 @@ class GraphView:
           and a triple of those with the largest single optimum (the whole graph when it is ≤ 3 small
           instances); the other types add their max-on-a-path counts and unbatchable nodes one batch each. It
           sees dependency paths between types (a word cell must run between two chain cells, a pair of chains
-          of different type sequences) that the other two bounds ignore.
+          of different type sequences) that the other two bounds ignore. With ``deep_states`` > 0 the ``top``
+          largest instances are also searched together, with that state budget (a 4-lattice product takes ~3M
+          states, ~9 s): worth it only where a schedule is above the cheaper bounds.
         """
         tw = self.lower_bound()
         scs, scs_types = self.scs_lower_bound()
@@ -484,6 +486,10 @@ class GraphView:
                     v = self.subset_exact(sub, keep, max_states)
                     if v is not None and v > (inst or 0):
                         inst, how = v, f"{len(sub)} instances"
+                if deep_states and len(cs) > 3:
+                    v = self.subset_exact(cs, keep, deep_states)
+                    if v is not None and v > (inst or 0):
+                        inst, how = v, f"{len(cs)} instances"
             if inst is not None:
                 inst += rest
                 out["instance_exact"] = inst

@@ -525,14 +525,14 @@ def beam_types_py(g: GraphView, width: int, power: int) -> list[int]:
     levels: list[dict[int, list[int]]] = [dict() for _ in range(K)]
     maxh = [0] * K
     for v in range(n):
-        levels[comp[v]].setdefault(h[v], []).append(v)
-        maxh[comp[v]] = max(maxh[comp[v]], h[v])
-    pw = []
-    for r in range(max(maxh, default=0) + 2):
-        y = 1.0
-        for _ in range(power):
-            y *= r  # repeated products, as in C (pow rounds differently once r^p passes 2^53)
-        pw.append(y)
+        if types[v] not in left_out:  # the search's (core) nodes only, as in C
+            levels[comp[v]].setdefault(h[v], []).append(v)
+            maxh[comp[v]] = max(maxh[comp[v]], h[v])
+    # integer scores, exact in any summation order; the power is lowered until hmax^power * (K + 1) fits 62 bits
+    hmax, lim = max(maxh, default=0), (1 << 62) // (K + 1)
+    while power > 1 and hmax ** power > lim:
+        power -= 1
+    pw = [r ** power for r in range(hmax + 1)]
     Z = _zobrist(n)
 
     class St:
@@ -591,7 +591,7 @@ def beam_types_py(g: GraphView, width: int, power: int) -> list[int]:
                 return heads + S.seq + tails
         cands = []
         for i, S in enumerate(beam):
-            delta = [0.0] * g.ntypes
+            delta = [0] * g.ntypes
             for k in range(K):
                 c, r = S.crit[k], S.r[k]
                 if c and not c & (c - 1) and r > 0:
@@ -619,9 +619,10 @@ def beam_types_py(g: GraphView, width: int, power: int) -> list[int]:
             while queue:
                 C.n0 += 1
                 run(C, queue.pop(0), queue, touched)
+            C.score = P.score
             for k in touched:
                 C.r[k], C.crit[k] = settle(C, k, C.r[k])
-            C.score = sum(pw[r] for r in C.r)  # afresh in component order, as in C (same rounding)
+                C.score += pw[C.r[k]] - pw[P.r[k]]
             nxt.append(C)
         beam = nxt
 
@@ -653,7 +654,26 @@ class BeamSearch(Policy):
         return beam_types_py(g, self.width, self.power)
 
     def schedule(self, g: GraphView) -> list[list[int]]:
-        return FixedSequence(self.types(g), self.name).schedule(g)
+        return self.search(g)[1]
+
+    def search(self, g: GraphView, threshold: int | None = None) -> tuple[int, list[list[int]] | None]:
+        """(type-wise lower bound, the search's schedule); with ``threshold`` (the batches of a schedule in hand)
+        the search only runs when the bound is below it (else None). Recorded graphs: bound, search and replay in
+        one compiled call."""
+        if FAST[0] and g.ntypes <= 64 and getattr(g, "dyn", None) is not None:
+            from . import fastsim
+
+            if fastsim.available():
+                fs = fastsim.FastSim(g)
+                lb, nb = fs.search(self.width, self.power, g.n + 1 if threshold is None else threshold)
+                if nb is not None:
+                    return lb, fastsim.flat_schedule(fs)
+                if lb >= 0 and threshold is not None and lb >= threshold:
+                    return lb, None
+        lb = g.lower_bound()
+        if threshold is not None and lb >= threshold:
+            return lb, None
+        return lb, FixedSequence(self.types(g), self.name).schedule(g)
 
 
 class FixedSequence(Policy):

@@ -28,16 +28,16 @@ from typing import Any
 
 from .errors import ConfigError, PolicyFileError
 from .graph import GraphView
-from .policies import BeamSearch, CriticalPath, Policy, Sim, TypewiseLB, typewise_lower_bound
+from .policies import BeamSearch, CriticalPath, Policy, Sim, TypewiseLB
 
 REFERENCE_ENCODINGS = ("set", "sorted", "set_max")
 TYPEWISE_ENCODINGS = ("set_full", "counts_tw")
 ENCODINGS = REFERENCE_ENCODINGS + TYPEWISE_ENCODINGS
 FALLBACKS = {"typewise": TypewiseLB, "critical": CriticalPath}
 FORMAT = "dynamic_batcher.fsm/1"
-SEARCH_WIDTH = 24
-"""Default beam width of the FSM's search step: on the 32-lattice minibatches 24 finds what 32-48 find (sum over
-six minibatches 660 vs 660/658 batches) in ~1.3 ms (32: ~1.6 ms), keeping scheduling under 10 % of execution."""
+SEARCH_WIDTH = 20
+"""Default beam width of the FSM's search step: on six 32-lattice minibatches 20 finds what 24-48 find (sums of
+661, 660, 660, 658 batches; 16: 669) in ~1.1 ms (32: ~1.6 ms), keeping scheduling under 10 % of execution."""
 
 
 def encode(sim: Sim, ready: list[int], encoding: str) -> tuple:
@@ -185,8 +185,14 @@ class FSMPolicy(Policy):
             t = memo[1].get(k)
             if t is None:
                 t = self._greedy(sim, ready, self.table, fast)
-                if self._last_hit:
-                    memo[1][k] = t
+                memo[1][k] = t if self._last_hit else -1  # a miss is remembered too: straight to the fallback
+            elif t < 0:
+                self.lookups += 1
+                self.misses += 1
+                if fast:
+                    return self.fallback.choose_fast(sim, ready)
+                self._fallback_ready(sim)
+                return self.fallback.choose(sim, ready)
             else:
                 self.lookups += 1
             return t
@@ -223,16 +229,34 @@ class FSMPolicy(Policy):
         lattices the frontier-type states alias (the ready set is almost always {char, word, merge}), so no table
         over them, and no one-step rule, gets below ~1.2 × the bound; the search does (~1.05 ×) in about a
         millisecond of compiled code. Chains and trees reach the bound from the table alone and never search."""
-        sched = super().schedule(g)
+        sched = self._empty_table_fast(g)
+        if sched is None:
+            sched = super().schedule(g)
         self.last_search = None
         if self.search is None:
             return sched
-        lb = typewise_lower_bound(g)
-        if len(sched) <= lb:
+        lb, alt = self.search.search(g, threshold=len(sched))
+        if alt is None:  # the table's schedule reached the bound
             return sched
-        alt = self.search.schedule(g)
         self.last_search = {"table": len(sched), "lower_bound": lb, "search": len(alt)}
         return alt if len(alt) < len(sched) else sched
+
+    def _empty_table_fast(self, g: GraphView):
+        """An empty table (learning never beat the fallback, e.g. on lattices) with the critical-path fallback: every
+        lookup misses, so the schedule is the fallback's, run to the end in one compiled call (the per-decision
+        Python round trips cost ~0.25 ms on a 4k-node minibatch). None when that path does not apply."""
+        if self.table or not isinstance(self.fallback, CriticalPath) or getattr(g, "dyn", None) is None:
+            return None
+        from . import fastsim
+        from .policies import FAST
+
+        if not (FAST[0] and fastsim.available()):
+            return None
+        fs = fastsim.FastSim(g, heights=True)
+        k = fs.run_cp()
+        self.lookups += k
+        self.misses += k
+        return fastsim.flat_schedule(fs)
 
     # --- compiled simulator (inference) -------------------------------------------------------------------------
     def fast_kwargs(self, g: GraphView) -> dict | None:
