@@ -471,8 +471,15 @@ static void bc_sift(BCand *a, int n, int i) {
 
 /* Returns the number of types written to seq (heads, the searched steps, tails), or -1 (more than 64 types, a
    sequence longer than maxsteps, no memory). The search runs on the core nodes only, renumbered densely. */
+static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const int *best0);
+
 int dbs_beam(void *p, int W, int power, int32_t *seq, int maxsteps) {
-  Sim *s = p;
+  return beam_run(p, W, power, seq, maxsteps, NULL);
+}
+
+/* best0: the per-type path maxima when the caller has them (NULL: computed here) */
+static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const int *best0) {
+  void *p = s;
   int n = s->n, nt = s->nt, ret = -1;
   if (nt > 64 || W < 1 || n < 1) return -1;
   dbs_heights(p, NULL);
@@ -489,7 +496,9 @@ int dbs_beam(void *p, int W, int power, int32_t *seq, int maxsteps) {
   char *mem = NULL, *tflag = NULL;
   BState *pool = NULL;
   BCand *cand = NULL;
-  if (!best || !torder || !role || !root || !comp || !cid || !map || maxpath_counts(s, best) < 0) goto out;
+  if (!best || !torder || !role || !root || !comp || !cid || !map) goto out;
+  if (best0) memcpy(best, best0, sizeof(int) * nt);
+  else if (maxpath_counts(s, best) < 0) goto out;
   int ntail = head_tail(s, best, role, torder), nhead = 0;
   for (int t = 1; t < nt; t++) if (role[t] == 1) nhead++;
   /* components of the whole graph (union-find), numbered by first node id */
@@ -757,12 +766,14 @@ int dbs_run_cp(void *p) {
    0 when the bound already equals the threshold (no search), -1 on failure. */
 int dbs_search(void *p, int W, int power, int threshold, int32_t *lb) {
   Sim *s = p;
-  int b = dbs_typewise_lb(p);
+  int *best = calloc(s->nt + 1, sizeof(int));
+  int b = best ? maxpath_counts(s, best) : -1;
+  if (b >= 0) for (int t = 1; t < s->nt; t++) b += best[t];
   *lb = b;
-  if (b < 0) return -1;
-  if (b >= threshold) return 0;
+  if (b < 0 || b >= threshold) { free(best); return b < 0 ? -1 : 0; }
   int32_t *seq = malloc(sizeof(int32_t) * (s->n + 1)), *buf = malloc(sizeof(int32_t) * (s->nt + 1));
-  int k = (seq && buf) ? dbs_beam(p, W, power, seq, s->n + 1) : -1, ret = -1;
+  int k = (seq && buf) ? beam_run(s, W, power, seq, s->n + 1, best) : -1, ret = -1;
+  free(best);
   if (k >= 0 && dbs_next(p, -1, buf) >= 0) {
     int i = 0;
     while (i < k && dbs_next(p, seq[i], buf) >= 0) i++;
