@@ -146,7 +146,7 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
         # the schedule is not proven optimal by the cheap bounds: search the largest instances together (exact on
         # that subset, so still a valid bound of the whole minibatch)
         t0 = time.perf_counter()
-        lbs = g0.lower_bounds(deep_states=3_000_000)
+        lbs = g0.lower_bounds(deep_states=6_000_000)
         lbs["deep_seconds"] = round(time.perf_counter() - t0, 2)
     lb = lbs["best"]
     batches: dict[str, Any] = {"lower_bound": lb, "lower_bound_components": lbs, "typewise_lower_bound": lbs["typewise"]}
@@ -170,7 +170,7 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
         # do the states of an unseen minibatch recur? (share of its decision states visited while learning)
         vs = fsm.visited_states(g, sched)
         search = fsm.last_search
-        lbo = (g.lower_bounds(deep_states=3_000_000) if sc["bounds"] and nb > g.lower_bound()
+        lbo = (g.lower_bounds(deep_states=6_000_000) if sc["bounds"] and nb > g.lower_bound()
                else {"best": g.lower_bound(), "best_source": "typewise"})
         gen.append({"typewise_lower_bound": g.lower_bound(), "lower_bound": lbo["best"],
                     "lower_bound_source": lbo["best_source"], "fsm_over_lower_bound": round(nb / lbo["best"], 3),

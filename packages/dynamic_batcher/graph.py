@@ -453,7 +453,7 @@ class GraphView:
           instances); the other types add their max-on-a-path counts and unbatchable nodes one batch each. It
           sees dependency paths between types (a word cell must run between two chain cells, a pair of chains
           of different type sequences) that the other two bounds ignore. With ``deep_states`` > 0 the ``top``
-          largest instances are also searched together, with that state budget (a 4-lattice product takes ~3M
+          largest instances are also searched together, with that state budget (a 4-lattice product takes ~3-6M
           states, ~9 s): worth it only where a schedule is above the cheaper bounds.
         """
         tw = self.lower_bound()
