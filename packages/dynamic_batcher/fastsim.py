@@ -445,8 +445,8 @@ int dbs_nslots(void *p) { return ((Sim *)p)->nslots; }
 static int maxpath_counts(Sim *s, int *best);
 static int head_tail(Sim *s, const int *best, char *role, int *order);
 int dbs_typewise_lb(void *p);
-typedef struct { uint64_t *ex, *rd; int *r; uint64_t *crit; int *cnt; uint64_t *zr; uint64_t hz; long long score;
-                 int n0; } BState;
+typedef struct { uint64_t *ex, *rd; int *r; uint64_t *crit; int *cnt; uint64_t *zr; long long *gain; uint64_t hz;
+                 long long score; int n0; } BState;
 typedef struct { long long score; uint64_t hz; int parent, t; } BCand;
 
 /* candidate order: score, then parent (beam order), then type */
@@ -491,7 +491,7 @@ static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const 
   int *ctype = NULL, *ch = NULL, *ccomp = NULL, *csptr = NULL, *csidx = NULL, *cpptr = NULL, *cpidx = NULL;
   int *maxh = NULL, *base = NULL, *lvoff = NULL, *lvnode = NULL, *hpar = NULL, *htyp = NULL, *queue = NULL;
   int *touched = NULL;
-  long long *pw = NULL, *delta = NULL;
+  long long *pw = NULL;
   uint64_t *tmask = NULL, *Z = NULL, *seen = NULL;
   char *mem = NULL, *tflag = NULL;
   BState *pool = NULL;
@@ -590,20 +590,21 @@ static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const 
   }
   for (int i = 0; i < m; i++) tmask[(size_t)ctype[i] * nw + i / 64] |= 1ULL << (i % 64);
   /* state pools: every array of a state lies in one block from ex on (one memcpy copies a state) */
-  size_t ssz = sizeof(uint64_t) * (2 * nw + K + nt) + sizeof(int) * (K + nt);
+  size_t ssz = sizeof(uint64_t) * (2 * nw + K + 2 * nt) + sizeof(int) * (K + nt);
   ssz = (ssz + 7) / 8 * 8;  /* the next state's uint64 arrays stay aligned */
   mem = malloc(ssz * 2 * W); pool = malloc(sizeof(BState) * 2 * W);
   int hcap = 256;
   hpar = malloc(sizeof(int) * (size_t)hcap * W); htyp = malloc(sizeof(int) * (size_t)hcap * W);
   cand = malloc(sizeof(BCand) * (size_t)W * nt); touched = malloc(sizeof(int) * (K + 1));
-  tflag = calloc(K + 1, 1); seen = malloc(sizeof(uint64_t) * W); delta = malloc(sizeof(long long) * nt);
-  if (!mem || !pool || !hpar || !htyp || !cand || !touched || !tflag || !seen || !delta) goto out;
+  tflag = calloc(K + 1, 1); seen = malloc(sizeof(uint64_t) * W);
+  if (!mem || !pool || !hpar || !htyp || !cand || !touched || !tflag || !seen) goto out;
   for (int i = 0; i < 2 * W; i++) {
     char *q = mem + ssz * i;
     pool[i].ex = (uint64_t *)q; q += sizeof(uint64_t) * nw;
     pool[i].rd = (uint64_t *)q; q += sizeof(uint64_t) * nw;
     pool[i].crit = (uint64_t *)q; q += sizeof(uint64_t) * K;
     pool[i].zr = (uint64_t *)q; q += sizeof(uint64_t) * nt;
+    pool[i].gain = (long long *)q; q += sizeof(long long) * nt;
     pool[i].r = (int *)q; q += sizeof(int) * K;
     pool[i].cnt = (int *)q;
   }
@@ -634,6 +635,13 @@ static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const 
       r--; \
     } } while (0)
 
+  /* gain[t]: how much a type-t move lowers the score (components whose highest level is all type t) */
+  #define GAIN(S, k, op) do { \
+    uint64_t c_ = (S)->crit[k]; \
+    if (c_ && !(c_ & (c_ - 1)) && (S)->r[k] > 0) \
+      (S)->gain[__builtin_ctzll(c_)] op##= pw[(S)->r[k]] - pw[(S)->r[k] - 1]; \
+  } while (0)
+
   int ntouch = 0;
   /* initial state: core sources ready, unbatchable ones drained */
   BState *S0 = &pool[0];
@@ -655,6 +663,7 @@ static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const 
     uint64_t cm;
     SETTLE(S0, k, r, cm);
     S0->r[k] = r; S0->crit[k] = cm; S0->score += pw[r];
+    GAIN(S0, k, +);
   }
   BState *cur = pool, *nxt = pool + W;
   int nb = 1, step = 0;
@@ -684,13 +693,8 @@ static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const 
     int nc = 0;
     for (int i = 0; i < nb; i++) {
       BState *S = &cur[i];
-      for (int t = 0; t < nt; t++) delta[t] = 0;
-      for (int k = 0; k < K; k++) {
-        uint64_t c = S->crit[k];
-        if (c && !(c & (c - 1)) && S->r[k] > 0) delta[__builtin_ctzll(c)] += pw[S->r[k]] - pw[S->r[k] - 1];
-      }
       for (int t = 1; t < nt; t++) if (S->cnt[t]) {
-        cand[nc].score = S->score - delta[t]; cand[nc].hz = S->hz ^ S->zr[t];
+        cand[nc].score = S->score - S->gain[t]; cand[nc].hz = S->hz ^ S->zr[t];
         cand[nc].parent = i; cand[nc].t = t; nc++;
       }
     }
@@ -720,8 +724,10 @@ static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const 
         int k = touched[i], r = C->r[k];
         uint64_t cm;
         tflag[k] = 0;
+        GAIN(C, k, -);
         SETTLE(C, k, r, cm);
         C->r[k] = r; C->crit[k] = cm;
+        GAIN(C, k, +);
       }
       long long sc = P->score;
       for (int i = 0; i < ntouch; i++) sc += pw[C->r[touched[i]]] - pw[P->r[touched[i]]];
@@ -735,14 +741,28 @@ static int beam_run(Sim *s, int W, int power, int32_t *seq, int maxsteps, const 
     step++;
   }
 #undef SETTLE
+#undef GAIN
 #undef RUN_NODE
 #undef BIT
 out:
   free(best); free(torder); free(role); free(root); free(comp); free(cid); free(map);
   free(ctype); free(ch); free(ccomp); free(csptr); free(csidx); free(cpptr); free(cpidx);
   free(maxh); free(base); free(lvoff); free(lvnode); free(hpar); free(htyp); free(queue); free(touched);
-  free(pw); free(delta); free(tmask); free(Z); free(seen); free(mem); free(tflag); free(pool); free(cand);
+  free(pw); free(tmask); free(Z); free(seen); free(mem); free(tflag); free(pool); free(cand);
   return ret;
+}
+
+/* a fresh simulator over the same graph (static arrays copied, nothing run yet, sources pushed) */
+void *dbs_clone(void *p) {
+  Sim *o = p;
+  Sim *s = alloc_sim(o->n, o->nt, o->nslots);
+  memcpy(s->types, o->types, sizeof(int) * o->n);
+  memcpy(s->arity, o->arity, sizeof(int) * o->n);
+  memcpy(s->argflat, o->argflat, sizeof(int64_t) * 2 * o->nslots);
+  build(s);
+  if (o->h) { s->h = malloc(sizeof(int) * (o->n + 1)); memcpy(s->h, o->h, sizeof(int) * o->n); }
+  dbs_start(s);
+  return s;
 }
 
 /* the critical-path policy to the end in one call (the FSM with an empty table: every state misses and the
@@ -912,7 +932,8 @@ def load() -> Optional[ctypes.CDLL]:
                    "dbs_cp": ([P], I), "dbs_last": ([P, P], I), "dbs_bend": ([P, P], None),
                    "dbs_firsts": ([P, P], None), "dbs_resolve_blk": ([P, P, P, I, I, P], I),
                    "dbs_beam": ([P, I, I, P, I], I), "dbs_typewise_lb": ([P], I),
-                   "dbs_search": ([P, I, I, I, P], I), "dbs_run_cp": ([P], I)}
+                   "dbs_search": ([P, I, I, I, P], I), "dbs_run_cp": ([P], I),
+                   "dbs_clone": ([P], P)}
             for name, (args, res) in sig.items():
                 f = getattr(lib, name)
                 f.argtypes, f.restype = args, res
@@ -1071,6 +1092,15 @@ class FastSim:
         lb = ctypes.c_int32(0)
         k = self.lib.dbs_search(self.h, int(width), int(power), int(threshold), ctypes.byref(lb))
         return lb.value, (k if k > 0 else None)
+
+    def fresh(self) -> "FastSim":
+        """A new simulator over the same graph, nothing run yet (copies the C arrays: no pass over the recorder's
+        Python lists)."""
+        c = FastSim.__new__(FastSim)
+        c.lib, c.g, c.n, c.nt, c.dyn_ref, c._nodebuf = self.lib, self.g, self.n, self.nt, self.dyn_ref, None
+        c.h = self.lib.dbs_clone(self.h)
+        c._buf = (ctypes.c_int32 * max(1, self.nt))()
+        return c
 
     def run_cp(self) -> int:
         """Schedule to the end with the critical-path choice (needs ``heights``); returns the number of decisions

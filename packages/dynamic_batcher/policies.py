@@ -656,15 +656,16 @@ class BeamSearch(Policy):
     def schedule(self, g: GraphView) -> list[list[int]]:
         return self.search(g)[1]
 
-    def search(self, g: GraphView, threshold: int | None = None) -> tuple[int, list[list[int]] | None]:
+    def search(self, g: GraphView, threshold: int | None = None, like=None) -> tuple[int, list[list[int]] | None]:
         """(type-wise lower bound, the search's schedule); with ``threshold`` (the batches of a schedule in hand)
         the search only runs when the bound is below it (else None). Recorded graphs: bound, search and replay in
-        one compiled call."""
+        one compiled call (``like``: a compiled schedule of ``g`` whose simulator arrays can be copied)."""
         if FAST[0] and g.ntypes <= 64 and getattr(g, "dyn", None) is not None:
             from . import fastsim
 
             if fastsim.available():
-                fs = fastsim.FastSim(g)
+                src = getattr(like, "fs", None)
+                fs = src.fresh() if isinstance(src, fastsim.FastSim) and src.h else fastsim.FastSim(g)
                 lb, nb = fs.search(self.width, self.power, g.n + 1 if threshold is None else threshold)
                 if nb is not None:
                     return lb, fastsim.flat_schedule(fs)

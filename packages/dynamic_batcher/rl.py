@@ -235,7 +235,7 @@ class FSMPolicy(Policy):
         self.last_search = None
         if self.search is None:
             return sched
-        lb, alt = self.search.search(g, threshold=len(sched))
+        lb, alt = self.search.search(g, threshold=len(sched), like=sched)
         if alt is None:  # the table's schedule reached the bound
             return sched
         self.last_search = {"table": len(sched), "lower_bound": lb, "search": len(alt)}
