@@ -188,6 +188,9 @@ class Batcher(Ops):
         self.times.nodes += g.n
         self.last_schedule = batches
         self.last_graph = g
+        # the cached view and the graph refer to each other: dropping the view lets refcounting free a finished
+        # graph (a cycle would wait for a full collection, a 100+ ms pause in a later minibatch)
+        g._frozen = None
         self._new_graph()
 
     # --- reporting ------------------------------------------------------------------------------------------
