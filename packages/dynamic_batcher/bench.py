@@ -16,7 +16,6 @@ Per workload, in one process and on one executor:
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import os
@@ -229,21 +228,13 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     times: dict[str, list[dict]] = {k: [] for k in bts}
     for k, bt in bts.items():  # warm-up (also builds block plans)
         _run_once(wl, mbs[0], bt)
-    # everything built so far (models, training graphs, policies: ~200k objects) leaves the collector's view: a
-    # full collection over it costs ~120 ms, which recording triggers every few minibatches and which lands on
-    # whichever variant is running (every variant alike; the objects a minibatch creates are still collected)
-    gc.collect()
-    gc.freeze()
-    try:
-        for r in range(sc["repeats"]):
-            mb = mbs[r % len(mbs)]
-            for k in variants:
+    for r in range(sc["repeats"]):
+        mb = mbs[r % len(mbs)]
+        for k in variants:
+            times[k].append(_run_once(wl, mb, bts[k]))
+        if r < sc["slow_repeats"]:
+            for k in slow:
                 times[k].append(_run_once(wl, mb, bts[k]))
-            if r < sc["slow_repeats"]:
-                for k in slow:
-                    times[k].append(_run_once(wl, mb, bts[k]))
-    finally:
-        gc.unfreeze()
     med = {k: {ph: statistics.median(t[ph] for t in v) for ph in ("total", "exec", "sched", "policy", "plan", "build")}
            for k, v in times.items()}
     res["throughput"] = {k: batch / m["total"] for k, m in med.items()}
