@@ -16,6 +16,7 @@ Per workload, in one process and on one executor:
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import math
 import os
@@ -77,6 +78,10 @@ def _graph(wl, mb, blocks: str):
 
 def _run_once(wl, mb, bt: Batcher | None) -> dict[str, float]:
     """One minibatch end to end; returns seconds per phase (on the batcher's clock)."""
+    # a full collection before the clock starts (not timed): the garbage of the variant that ran before (e.g.
+    # no-batching's 24k-node inlined graph) must not trigger a 100-300 ms collection inside this one's recording;
+    # collections that this minibatch's own allocations trigger are still timed
+    gc.collect()
     clock = CLOCK[0]
     t0 = clock()
     if bt is None:  # plain per-instance eager PyTorch
