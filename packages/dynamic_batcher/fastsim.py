@@ -444,7 +444,6 @@ int dbs_nslots(void *p) { return ((Sim *)p)->nslots; }
    and only the W best distinct ones (Zobrist hash of the executed set) are materialised. */
 static int maxpath_counts(Sim *s, int *best);
 static int head_tail(Sim *s, const int *best, char *role, int *order);
-int dbs_typewise_lb(void *p);
 typedef struct { uint64_t *ex, *rd; int *r; uint64_t *crit; int *cnt; uint64_t *zr; long long *gain; uint64_t hz;
                  long long score; int n0; } BState;
 typedef struct { long long score; uint64_t hz; int parent, t; } BCand;
@@ -822,16 +821,6 @@ static int maxpath_counts(Sim *s, int *best) {
   return unb;
 }
 
-/* the type-wise lower bound: #unbatchable nodes + sum over types of the most type-t nodes on one path */
-int dbs_typewise_lb(void *p) {
-  Sim *s = p;
-  int *best = calloc(s->nt + 1, sizeof(int));
-  int unb = best ? maxpath_counts(s, best) : -1;
-  if (unb >= 0) for (int t = 1; t < s->nt; t++) unb += best[t];
-  free(best);
-  return unb;
-}
-
 /* Types the search can leave out (role 1: head, 2: tail), and the tail types in a runnable order (returns their
    number). A head type has only source nodes: one batch of it first is its minimum and frees the same nodes as
    any other schedule. A tail type's nodes only feed tail-type nodes, at most one of its nodes lies on any path,
@@ -931,7 +920,7 @@ def load() -> Optional[ctypes.CDLL]:
                    "dbs_ngroups": ([P], I), "dbs_nslots": ([P], I), "dbs_next": ([P, I, P], I),
                    "dbs_cp": ([P], I), "dbs_last": ([P, P], I), "dbs_bend": ([P, P], None),
                    "dbs_firsts": ([P, P], None), "dbs_resolve_blk": ([P, P, P, I, I, P], I),
-                   "dbs_beam": ([P, I, I, P, I], I), "dbs_typewise_lb": ([P], I),
+                   "dbs_beam": ([P, I, I, P, I], I),
                    "dbs_search": ([P, I, I, I, P], I), "dbs_run_cp": ([P], I),
                    "dbs_clone": ([P], P)}
             for name, (args, res) in sig.items():
@@ -1111,10 +1100,6 @@ class FastSim:
 
             raise BatcherError("fastsim: critical-path schedule stopped before the end (corrupt graph arrays)")
         return k
-
-    def typewise_lb(self) -> int:
-        """#unbatchable nodes + Σ_t the most type-t nodes on one path (= ``GraphView.lower_bound``)."""
-        return self.lib.dbs_typewise_lb(self.h)
 
     def steps(self, shapes: list) -> tuple:
         """(loc_b, loc_r, steps) of the planner, built in C (needs the Python.h build; else None)."""

@@ -437,19 +437,6 @@ class Rollout(Policy):
         return best[1]
 
 
-def typewise_lower_bound(g: GraphView) -> int:
-    """``g.lower_bound()`` (#unbatchable + Σ_t the most type-t nodes on a path), in C when available: the FSM checks
-    every schedule against it, and the Python pass over the reduced per-type graphs costs milliseconds."""
-    if FAST[0] and getattr(g, "dyn", None) is not None:
-        from . import fastsim
-
-        if fastsim.available():
-            lb = fastsim.FastSim(g).typewise_lb()
-            if lb >= 0:
-                return lb
-    return g.lower_bound()
-
-
 def _zobrist(n: int) -> list[int]:
     """The compiled search's Zobrist keys (xorshift64 then a multiply), so both paths dedupe identically."""
     M = (1 << 64) - 1
@@ -538,19 +525,21 @@ def beam_types_py(g: GraphView, width: int, power: int) -> list[int]:
     class St:
         __slots__ = ("ex", "rd", "r", "crit", "cnt", "zr", "hz", "score", "n0", "seq")
 
+    def ready(S: St, w: int, queue: list[int]) -> None:
+        S.rd[w] = 1
+        if types[w] == 0:
+            queue.append(w)  # unbatchable: run at once, one per batch
+        else:
+            S.cnt[types[w]] += 1
+            S.zr[types[w]] ^= Z[w]
+
     def run(S: St, v: int, queue: list[int], touched: dict) -> None:
         S.ex[v] = 1
         S.rd[v] = 0
         touched[comp[v]] = True
         for w in succ[v]:
-            if S.ex[w] or S.rd[w] or not all(S.ex[p] for p in preds[w]):
-                continue
-            S.rd[w] = 1
-            if types[w] == 0:
-                queue.append(w)
-            else:
-                S.cnt[types[w]] += 1
-                S.zr[types[w]] ^= Z[w]
+            if not (S.ex[w] or S.rd[w]) and all(S.ex[p] for p in preds[w]):
+                ready(S, w, queue)
 
     def settle(S: St, k: int, r: int) -> tuple[int, int]:
         while True:
@@ -571,12 +560,7 @@ def beam_types_py(g: GraphView, width: int, power: int) -> list[int]:
     queue: list[int] = []
     for v in range(n):
         if not S0.ex[v] and all(S0.ex[p] for p in preds[v]):
-            S0.rd[v] = 1
-            if types[v] == 0:
-                queue.append(v)
-            else:
-                S0.cnt[types[v]] += 1
-                S0.zr[types[v]] ^= Z[v]
+            ready(S0, v, queue)
     while queue:
         S0.n0 += 1
         run(S0, queue.pop(0), queue, {})
@@ -828,5 +812,5 @@ def check_schedule(g: GraphView, batches: list[list[int]]) -> None:
 
 
 __all__ = ["FAST", "Sim", "Policy", "NoBatching", "DepthBased", "Agenda", "AgendaDepth", "TypewiseLB", "CriticalPath", "Rollout", "BeamSearch",
-           "FixedSequence", "beam_types_py", "typewise_lower_bound", "head_tail_types", "FixedSchedule",
+           "FixedSequence", "beam_types_py", "head_tail_types", "FixedSchedule",
            "ExactSearch", "exact_optimum", "POLICIES", "DYNET_BASELINES", "make_policy", "check_schedule"]

@@ -14,7 +14,6 @@ from dynamic_batcher.policies import (
     exact_optimum,
     head_tail_types,
     make_policy,
-    typewise_lower_bound,
 )
 from dynamic_batcher.rl import FSMPolicy, QConfig
 from dynamic_batcher.workloads import make_workload
@@ -68,7 +67,7 @@ def test_beam_on_random_dags_valid_and_twins_agree(seed):
     assert seq == beam_types_py(g, 8, 6)
     s = BeamSearch(8).schedule(g)
     check_schedule(g, s)
-    assert typewise_lower_bound(g) == fastsim.FastSim(g).typewise_lb() == g.lower_bound()
+    assert fastsim.FastSim(g).search(1, 6, threshold=0) == (g.lower_bound(), None)  # the C bound, no search
     assert len(s) >= g.lower_bound()
     if g.n <= 20:  # the search is not exact in general, but never below the optimum
         ex = exact_optimum(g, max_states=50_000)
@@ -128,11 +127,7 @@ def test_fsm_search_step_keeps_the_shorter_schedule(tmp_path):
 
 
 def test_fsm_does_not_search_when_the_table_reaches_the_bound():
-    wl = make_workload("lstm_lm", hidden=8)
-    bt = Batcher(wl.model)
-    for t in wl.minibatch(random.Random(0), 6):
-        wl.forward(bt, t)
-    g = bt.g.view()
+    g = _graph("lstm_lm", n=6).view()
     p = FSMPolicy("set")
     st = p.train(g, QConfig(max_episodes=20))
     assert len(p.schedule(g)) == g.lower_bound() and p.last_search is None and st.search_batches is None
