@@ -172,7 +172,7 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
 
 # --- OpenBLAS in its own process ------------------------------------------------------------------------------------
 _OPENBLAS_SERVER = r"""
-import json, os, sys, time
+import json, os, sys, threading, time
 for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(v, None)            # before numpy loads OpenBLAS: let it pick its best kernel
 os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[1]
@@ -180,7 +180,22 @@ import numpy as np
 from threadpoolctl import threadpool_info
 rng = np.random.default_rng(0)
 fns = {}
-print(json.dumps({"threadpool_info": threadpool_info()}), flush=True)
+placement = None
+if len(sys.argv) > 2 and sys.argv[2] == "pin" and hasattr(os, "sched_setaffinity"):
+    # the parent's placement: this thread on one core, OpenBLAS's workers (started at import) on the others
+    np.matmul(np.ones((256, 256), np.float32), np.ones((256, 256), np.float32))
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) > 1:
+        me = str(threading.get_native_id())
+        os.sched_setaffinity(0, {cores[0]})
+        placement = {"caller_core": cores[0], "other_threads": {}}
+        for i, tid in enumerate(sorted(t for t in os.listdir("/proc/self/task") if t != me)):
+            try:
+                os.sched_setaffinity(int(tid), {cores[1 + i % (len(cores) - 1)]})
+                placement["other_threads"][tid] = cores[1 + i % (len(cores) - 1)]
+            except OSError:
+                pass
+print(json.dumps({"threadpool_info": threadpool_info(), "placement": placement}), flush=True)
 for line in sys.stdin:
     j = json.loads(line)
     if j["cmd"] == "setup":
@@ -215,11 +230,13 @@ class OpenBLASServer:
     """numpy in a child process started without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` (set in its environment
     before numpy is imported), driven over a pipe so that its timings interleave with the other variants'."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, pin: bool = False):
         env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-        self.p = subprocess.Popen([sys.executable, "-c", _OPENBLAS_SERVER, str(threads)], stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, text=True, env=env)
-        info = json.loads(self.p.stdout.readline())["threadpool_info"]
+        self.p = subprocess.Popen([sys.executable, "-c", _OPENBLAS_SERVER, str(threads)] + (["pin"] if pin else []),
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+        hello = json.loads(self.p.stdout.readline())
+        info = hello["threadpool_info"]
+        self.placement = hello.get("placement")
         ob = [x for x in info if x.get("internal_api") == "openblas"]
         self.info = ({k: ob[0].get(k) for k in ("version", "architecture", "num_threads", "threading_layer")}
                      if ob else None)
@@ -380,14 +397,22 @@ def metaschedule_unfused(specs: list[GemmChain], trials: int, timeout_s: float =
 # --- the run --------------------------------------------------------------------------------------------------------
 def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
         only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
-        ms_config: dict | None = None) -> dict:
+        ms_config: dict | None = None, pin: bool = True) -> dict:
     import torch
 
     from shared_ir import atomic_write_text
     from shared_ir.hostinfo import num_cores
 
     from .hw import server_device
-    from .kernel import build_kernel, import_tvm, random_inputs, reference, tune, unpinned_thread_pool
+    from .kernel import (
+        build_kernel,
+        import_tvm,
+        pin_threads_for_benchmark,
+        random_inputs,
+        reference,
+        tune,
+        unpinned_thread_pool,
+    )
     from .peak import measure_fma_peak
     from .planner import predict_fusion_gain
 
@@ -400,6 +425,10 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     budget = 0.6 if scale == "small" else 2.0  # seconds of timing per shape and variant set
     threads = num_cores()
     torch.set_num_threads(threads)
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    bind_before = os.environ.get("TVM_BIND_THREADS")
+    if pin:  # TVM's worker on its own core; the caller is pinned off it once the other pools exist (below)
+        os.environ["TVM_BIND_THREADS"] = "1"
     import_tvm()  # sizes TVM's thread pool before anything else loads it
     peak = measure_fma_peak(save=True)
     peak_gflops = peak["gflops"]
@@ -407,7 +436,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     items = shapes(scale)
     if only:
         items = [it for it in items if it["name"] in only or it["suite"] in only]
-    server = OpenBLASServer(threads) if openblas else None
+    server = OpenBLASServer(threads, pin=pin) if openblas else None
     if server is not None:
         log(f"OpenBLAS (own process, pinning variables unset): {server.info}")
     ms_cfg = ms_config or METASCHEDULE[scale]
@@ -423,6 +452,13 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         log(f"MetaSchedule ({ms_cfg['trials']} trials per GEMM, {len(ms_items)} shapes in one run): {ms_note}, "
             f"{ms_tune_s:.0f} s")
         ms_runs.append({"names": [it["name"] for it in ms_items], "status": ms_note, "tune_s": ms_tune_s})
+    pinning = None
+    if pin:
+        # torch's OpenMP pool, the OpenBLAS child and MetaSchedule's processes exist by now (they would inherit the
+        # caller's single core); TVM's pool exists since the peak measurement
+        torch.mm(torch.ones(256, 256), torch.ones(256, 256))
+        pinning = pin_threads_for_benchmark()
+        log(f"thread placement: {pinning or 'unchanged (no pinned TVM worker)'}")
     for it in items:
         spec = it["spec"]
         name = it["name"]
@@ -526,6 +562,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                                  "measured, whichever the pick kept; shapes where the pick kept the unfused kernel: "
                                  + (", ".join(r["name"] for r in rows if not r["chosen_fused"]) or "none"),
         "tvm_threads_unpinned": unpinned_thread_pool(),
+        "thread_pinning": {"this_process": pinning, "openblas_process": server.placement if server else None},
         "model_pick_vs_best_measured": {
             "geomean": geomean([r["model_pick_vs_best_measured"] for r in rows]),
             "max": max((r["model_pick_vs_best_measured"] for r in rows), default=None),
@@ -556,6 +593,17 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                                "machine; peak_fraction_cpu = GFLOP per CPU-second / (FMA peak / threads)")
     if server is not None:
         server.close()
+    if pinning and allowed:  # the placement back (TVM's pool, configured pinned, stays so in this process)
+        for tid in [0, *pinning["other_threads"]]:
+            try:
+                os.sched_setaffinity(tid, allowed)
+            except OSError:
+                pass
+    if pin:
+        if bind_before is None:
+            os.environ.pop("TVM_BIND_THREADS", None)
+        else:
+            os.environ["TVM_BIND_THREADS"] = bind_before
     atomic_write_text(out, json.dumps(result, indent=1, default=str))
     log(summary_table(result))
     return result
@@ -631,6 +679,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ms-timeout", type=float, default=None, help="seconds before MetaSchedule is given up")
     ap.add_argument("--ms-shapes", nargs="*", default=None, help="shapes MetaSchedule tunes (a subset)")
     ap.add_argument("--no-openblas", action="store_true")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="leave the calling thread and TVM's worker unpinned (the library's default placement)")
     a = ap.parse_args(argv)
     # torch's OpenMP threads spin after each torch call (libgomp's default wait policy); interleaved with TVM's
     # kernels they then take the cores from TVM's threads (measured: our kernels 2-5x slower right after a torch
@@ -648,7 +698,8 @@ def main(argv=None) -> int:
         ms["search"] = a.ms_search
     if a.ms_shapes is not None:
         ms["shapes"] = a.ms_shapes
-    run(a.scale, a.top_k, a.repeat, a.out, a.only, not a.no_metaschedule, not a.no_openblas, ms_config=ms)
+    run(a.scale, a.top_k, a.repeat, a.out, a.only, not a.no_metaschedule, not a.no_openblas, ms_config=ms,
+        pin=not a.no_pin)
     return 0
 
 
