@@ -117,6 +117,10 @@ def torch_sdpa(spec, ins) -> Callable[[], Any]:
     return lambda: F.scaled_dot_product_attention(A, B, D, scale=spec.scale)
 
 
+POOL_SETTLE_S = 0.02
+"""Untimed pause after each in-process variant's timed calls (see ``time_interleaved``)."""
+
+
 def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget_s: float,
                      cpu_out: dict[str, float] | None = None) -> dict[str, float]:
     """Median ms per variant; variants alternate within each repeat so that drifting machine load hits all.
@@ -139,7 +143,12 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
         t, c = time.perf_counter(), time.process_time()
         for _ in range(n):
             f()
-        return (time.perf_counter() - t) / n * 1e3, (time.process_time() - c) / n * 1e3
+        r = (time.perf_counter() - t) / n * 1e3, (time.process_time() - c) / n * 1e3
+        # this process's pools spin-wait after a parallel call before they sleep (libgomp ~300k iterations, a few
+        # ms; TVM's too), on the core where the other library's worker runs: without the pause the next variant
+        # shares that core with a spinner (measured: ours after torch 0.31 ms, after torch + 20 ms 0.19 ms)
+        time.sleep(POOL_SETTLE_S)
+        return r
 
     for k, f in variants.items():  # warm-up, and how many calls fit in a ~budget/repeat slice
         dt = max(once(k, f, 1)[0] * 1e-3, 1e-6)
