@@ -374,8 +374,11 @@ class CriticalPath(Policy):
         self._g = g
         self._h = None  # heights: computed on the first Python-simulator decision (the compiled one has its own)
         self._seen: dict[int, list] = {}  # t -> [frontier list, nodes scanned, max height]: frontiers only grow
+        self.decisions = 0
+        """Choices among several ready types in the last schedule."""
 
     def choose(self, sim: Sim, ready: list[int]) -> int:
+        self.decisions += 1
         if self._h is None:
             self._h = sim.g.height
         h, fr, seen = self._h.__getitem__, sim.frontier, self._seen
@@ -400,6 +403,14 @@ class CriticalPath(Policy):
 
     def choose_fast(self, fs, ready: list[int]) -> int:
         return fs.cp()
+
+    def _schedule_fast(self, g: GraphView, kw: dict) -> list[list[int]]:
+        # the whole schedule in one compiled call (each decision is the simulator's own choice: no Python per step)
+        from .fastsim import FastSim, flat_schedule
+
+        fs = FastSim(g, **kw)
+        self.decisions = fs.run_cp()
+        return flat_schedule(fs)
 
 
 class Rollout(Policy):

@@ -229,8 +229,13 @@ class FSMPolicy(Policy):
         lattices the frontier-type states alias (the ready set is almost always {char, word, merge}), so no table
         over them, and no one-step rule, gets below ~1.2 × the bound; the search does (~1.05 ×) in about a
         millisecond of compiled code. Chains and trees reach the bound from the table alone and never search."""
-        sched = self._empty_table_fast(g)
-        if sched is None:
+        if not self.table and isinstance(self.fallback, CriticalPath):
+            # an empty table (learning never beat the fallback, e.g. on lattices): every lookup misses, so the
+            # schedule is the fallback's own (compiled: one call, no per-decision Python round trip)
+            sched = self.fallback.schedule(g)
+            self.lookups += self.fallback.decisions
+            self.misses += self.fallback.decisions
+        else:
             sched = super().schedule(g)
         self.last_search = None
         if self.search is None:
@@ -240,23 +245,6 @@ class FSMPolicy(Policy):
             return sched
         self.last_search = {"table": len(sched), "lower_bound": lb, "search": len(alt)}
         return alt if len(alt) < len(sched) else sched
-
-    def _empty_table_fast(self, g: GraphView):
-        """An empty table (learning never beat the fallback, e.g. on lattices) with the critical-path fallback: every
-        lookup misses, so the schedule is the fallback's, run to the end in one compiled call (the per-decision
-        Python round trips cost ~0.25 ms on a 4k-node minibatch). None when that path does not apply."""
-        if self.table or not isinstance(self.fallback, CriticalPath) or getattr(g, "dyn", None) is None:
-            return None
-        from . import fastsim
-        from .policies import FAST
-
-        if not (FAST[0] and fastsim.available()):
-            return None
-        fs = fastsim.FastSim(g, heights=True)
-        k = fs.run_cp()
-        self.lookups += k
-        self.misses += k
-        return fastsim.flat_schedule(fs)
 
     # --- compiled simulator (inference) -------------------------------------------------------------------------
     def fast_kwargs(self, g: GraphView) -> dict | None:
