@@ -92,12 +92,14 @@ def vector_lanes(device=None) -> int:
 
 def micro_kernels(device=None) -> list[MicroKernel]:
     """Register-blocked micro kernels for the device's vector ISA (accumulators + B vectors + 1 broadcast must fit
-    the register file: 32 vector registers with AVX-512, 16 with AVX2)."""
+    the register file: 32 vector registers with AVX-512, 16 with AVX2). Widths of 1, 2 or 4 vectors: the packed
+    operand panels of 3 vectors (48 floats) ran 10-25x slower than their neighbours in every kernel measured here
+    (YOLO-1 4x48 199 ms vs 4x64 17 ms; Inception 7x48 41 ms vs 7x32 2.0 ms), so they are not offered."""
     name = isa(device)
     lanes = vector_lanes(device)
     regs = 32 if name == "avx512" else 16
     out = []
-    for nv in (1, 2, 3, 4):
+    for nv in (1, 2, 4):
         for mr in range(1, 17):
             k = MicroKernel(mr, nv * lanes, lanes, name)
             if k.registers <= regs - 1:  # leave one for addresses/spills
@@ -109,6 +111,27 @@ def _peak_cache_path() -> str:
     from .cache import cache_dir
 
     return os.path.join(cache_dir(), "fma_peak.json")
+
+
+DEFAULT_SATURATING_ACCUMULATORS = 8.0
+"""Independent FMA chains that keep the vector FMA pipes busy (pipes × latency) where nothing was measured: two
+pipes × 4 cycles, as on the server preset and Intel AVX-512 cores."""
+
+
+def saturating_accumulators(device=None, measured_only: bool = False) -> float | None:
+    """Pipes × latency of the vector FMA, as measured by :func:`chain_fuser.peak.measure_fma_peak` on this host
+    (peak over the one-accumulator rate); the default for other devices or when it was never measured."""
+    dev = device or host_device()
+    if dev is host_device():
+        p = _peak_cache_path()
+        try:
+            with open(p) as f:
+                v = json.load(f).get("saturating_accumulators")
+            if v:
+                return float(v)
+        except (OSError, ValueError):
+            pass
+    return None if measured_only else DEFAULT_SATURATING_ACCUMULATORS
 
 
 def measured_peak_flops(refresh: bool = False) -> float | None:

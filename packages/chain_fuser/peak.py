@@ -58,18 +58,36 @@ def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accum
     best = min(runs)
     median = sorted(runs)[len(runs) // 2]
     flops = 2.0 * threads * lanes * accumulators * iters
+    # one accumulator: every FMA waits for the previous one (latency-bound). Peak over this rate is the number of
+    # independent accumulators that saturate the FMA pipes (pipes × latency): 8 on cores with two 512-bit pipes,
+    # 4 on Zen 4, which issues one 512-bit FMA per cycle (two 256-bit halves). The micro-kernel model needs it.
+    lat_iters = max(1, iters * accumulators // 8)
+    lat_mod = tvm.build(fma_kernel(lanes, 1, lat_iters, threads), target=target())
+    lat_out = tvm.runtime.tensor(np.zeros((threads, lanes), "float32"), dev)
+    lat_ev = lat_mod.time_evaluator("main", dev, number=1, repeat=max(5, repeat // 4))
+    lat_ev(lat_out)
+    lat_best = min(t for _ in range(rounds) for t in lat_ev(lat_out).results)
+    lat_gflops = 2.0 * threads * lanes * lat_iters / lat_best / 1e9
     res = {"gflops": flops / best / 1e9, "threads": threads, "lanes": lanes, "accumulators": accumulators,
            "iters": iters, "seconds": best, "runs": len(runs),
-           "median_gflops": flops / median / 1e9, "cpu": _cpu_id(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+           "median_gflops": flops / median / 1e9, "latency_bound_gflops": lat_gflops,
+           "saturating_accumulators": round(flops / best / 1e9 / lat_gflops, 2),
+           "cpu": _cpu_id(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if save:
         from shared_ir import atomic_write_text
 
-        from .hw import _peak_cache_path, measured_peak_flops
+        from .hw import _peak_cache_path, measured_peak_flops, saturating_accumulators
 
         prev = measured_peak_flops()
         # a peak is the best the machine did: a run on a busy machine must not lower it (refresh: delete the file)
         if prev is None or res["gflops"] * 1e9 >= prev:
             atomic_write_text(_peak_cache_path(), json.dumps(res, indent=1))
+        elif saturating_accumulators(measured_only=True) is None:
+            # a record from before this field existed: add it, keep the (higher) peak
+            with open(_peak_cache_path()) as f:
+                rec = json.load(f)
+            rec.update({k: res[k] for k in ("latency_bound_gflops", "saturating_accumulators")})
+            atomic_write_text(_peak_cache_path(), json.dumps(rec, indent=1))
     return res
 
 

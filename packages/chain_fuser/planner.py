@@ -13,9 +13,11 @@ from .spec import ConvChain, GemmChain, chain_nest
 
 CANDIDATES_PER_PLAN = 4  # level plans searched per plan wanted: duplicates (same realised kernel) are dropped
 
-FMA_LATENCY_ACCUMULATORS = 8  # 2 FMA pipes × 4-cycle latency: fewer independent accumulators stall
+FMA_LATENCY_CYCLES = 4  # of a vector FMA on every x86 core this targets (Skylake-SP and later, Zen 2 and later)
 LOADS_PER_CYCLE = 2
-MR_CHOICES = (4, 6, 8, 12, 14)
+MR_CHOICES = (4, 5, 6, 7, 8, 12, 14)
+"""Register-block heights offered. 5 and 7 exist for odd row extents (Inception's 35 columns: unfused 3×3→3×3 at
+1.95 ms with 7×32 or 5×32 vs 2.11 ms with 12×32, one interleaved run)."""
 
 
 def _pad(x: int, g: int) -> int:
@@ -60,26 +62,64 @@ def register_time(spec, mk: MicroKernel, device) -> float:
 
 def micro_cycles(spec, mk: MicroKernel, device) -> float:
     """Core cycles of the micro kernel over the whole chain: per k step of an mr×nr block, mr·nr/lanes FMAs and
-    mr + nr/lanes loads, two of each per cycle, slowed when fewer than 8 accumulators hide the FMA latency.
-    Padding (odd sizes rounded up to mr and nr) is counted as work."""
+    mr + nr/lanes loads; loads at two per cycle, FMAs at the device's vector FMA rate (pipes = saturating
+    accumulators / latency: 2 per cycle on two-pipe AVX-512 cores, 1 on Zen 4, measured by the peak kernel), slowed
+    when fewer accumulators than pipes × latency hide the latency. Padding (odd sizes rounded up to mr and nr) is
+    counted as work.
+
+    Why the measured rate: with two FMAs per cycle assumed, an 8×16 block (9 loads per 8 FMAs) looked load-bound
+    and 12 % slower than 8×32 per useful flop; on Zen 4 (one 512-bit FMA per cycle) both are FMA-bound, so padding
+    decides: ViT-Huge/14 (N = 80: 8×32 pads it to 96) measured 1.57 ms with 8×16 vs 1.83 ms with 8×32."""
     macs = padded_flops(spec, mk) / 2
     nv = mk.nr // mk.vector_lanes
     steps = macs / (mk.mr * mk.nr)
     fma = steps * mk.mr * nv
     loads = steps * (mk.mr + nv)
     acc = mk.mr * nv
-    return max(fma / 2 * max(1.0, FMA_LATENCY_ACCUMULATORS / acc), loads / LOADS_PER_CYCLE)
+    sat = hw.saturating_accumulators(device)
+    pipes = max(1.0, sat / FMA_LATENCY_CYCLES)
+    # every output block starts from zeroed accumulators and ends with their store (one per cycle), after the
+    # FMA chains' latency ramp: per block, not per step, so short reductions favour tall blocks (KN8-4k, K = 8:
+    # 14×16 4.3 ms vs 8×16 5.0 ms, one interleaved run)
+    blocks = output_blocks(spec, mk)
+    return max(fma / pipes * max(1.0, sat / acc), loads / LOADS_PER_CYCLE) + blocks * (acc + ACC_RAMP_CYCLES)
 
 
-def choose_micro(spec, device, peak: float) -> tuple[MicroKernel, list[tuple[float, MicroKernel]]]:
-    """The micro kernel with the fewest modelled cycles (:func:`micro_cycles`): padded work, FMA and load issue,
-    latency stalls. Both terms are in the same unit (cycles), so the choice does not depend on a measured peak."""
+def output_blocks(spec, mk: MicroKernel) -> float:
+    """mr×nr output blocks of both stages (each one reduction run of the micro kernel)."""
+    if isinstance(spec, GemmChain):
+        Mp = _pad(spec.M, mk.mr)
+        return spec.batch * Mp / mk.mr * (_pad(spec.L, mk.nr) + _pad(spec.N, mk.nr)) / mk.nr
+    Wp = _pad(spec.W, mk.mr)
+    return spec.N * spec.H * Wp / mk.mr * (_pad(spec.K1, mk.nr) + _pad(spec.K2, mk.nr)) / mk.nr
+
+
+def padded_rows_copy_s(spec, mk: MicroKernel, device) -> float:
+    """Seconds of the per-call copy of A into a row-padded scratch buffer, when mr does not divide M (GEMM chains;
+    single-threaded: read and write at one core's share of the memory bandwidth). Measured on ViT-Base/14
+    (12 × 256 × 64 floats): 6×32's call 0.075 ms above its module alone, 8×32's (no copy) 0.024 ms."""
+    if not isinstance(spec, GemmChain) or spec.M % mk.mr == 0:
+        return 0.0
+    bw = float(device.memory[0].total_read_bandwidth_bytes_per_s)
+    return 2.0 * 4.0 * spec.batch * spec.M * spec.K / bw
+
+
+def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, list[tuple[float, MicroKernel]]]:
+    """The micro kernel with the least modelled time: :func:`micro_cycles` (padded work, FMA and load issue,
+    latency stalls, per-block accumulator cost) at the peak's cycle rate, plus the padded-rows copy
+    (:func:`padded_rows_copy_s`). Ranked list as ``(seconds, kernel)``."""
+    dev = device
+    peak = peak or hw.peak_flops(dev)
+    sat = hw.saturating_accumulators(dev)
+    pipes = max(1.0, sat / FMA_LATENCY_CYCLES)
     scored = []
-    for mk in hw.micro_kernels(device):
+    for mk in hw.micro_kernels(dev):
         if mk.mr not in MR_CHOICES:
             continue
         acc = mk.mr * mk.nr // mk.vector_lanes
-        scored.append((micro_cycles(spec, mk, device) * (1 - 1e-3 * min(acc, 24) / 24), mk))  # ties: more acc
+        # core-cycles → seconds: one cycle of all cores issues pipes × lanes FMAs (2 flops each) per core
+        t = micro_cycles(spec, mk, dev) * pipes * mk.vector_lanes * 2 / peak + padded_rows_copy_s(spec, mk, dev)
+        scored.append((t * (1 - 1e-3 * min(acc, 24) / 24), mk))  # ties: more accumulators
     scored.sort(key=lambda x: x[0])
     return scored[0][1], scored
 
@@ -206,6 +246,7 @@ def kernel_overheads(spec, order: tuple[str, ...], T: dict[str, int], mk: MicroK
         l_segs = 0 if blocked else max(0, -(-Lp // T["l"]) - 1)
         segs = b * (Mp // mk.mr) * ((Lp // mk.nr) * max(0, -(-K // T["k"]) - 1) + (Np // mk.nr) * l_segs)
         out["accumulators"] = segs * seg_cycles / (f * n)
+        out["padded_rows"] = padded_rows_copy_s(spec, mk, device)
         return out
     # conv chains: spatial tiles Tp × Tq, every channel inside
     Wp = _pad(spec.W, mk.mr)
@@ -248,21 +289,40 @@ def order_constraint(spec):
 
 
 def plan_chain(spec, device: Any = None, top_k: int = 4, fusion_level: str | None = None,
-               peak: float | None = None) -> list[Plan]:
+               peak: float | None = None, micro: MicroKernel | None = None) -> list[Plan]:
     """The model's top ``top_k`` plans for ``spec`` on ``device`` (default: the host), best first.
 
     Each plan fuses at one memory level (its order and tiles are what the kernel realises): by default the best
     plans fused at L2 and, for the rest of the K, the best fused at L1 (an L1-sized fused tile trades more outer
-    traffic for a hotter inner loop; the model's time rarely separates them, the measurement does)."""
+    traffic for a hotter inner loop; the model's time rarely separates them, the measurement does).
+
+    With ``top_k`` ≥ 3 and no ``micro`` given, one of the K is the best plan of the runner-up micro kernel
+    (:func:`choose_micro`): the model's times of the best few micro kernels are often within 1 % of each other
+    while measured kernels differ by 5-10 % (Bert-Base 8×32 vs 4×64, YOLO-2 14×32 vs 4×32), so the measured
+    re-ranking gets two micro kernels to choose from."""
     if not isinstance(spec, (GemmChain, ConvChain)):
         raise UnsupportedChainError(str(spec), "expected a GemmChain or ConvChain spec")
     dev = hw.resolve_device(device)
-    nest: ChainNest = chain_nest(spec)
     peak = peak or hw.peak_flops(dev)
+    if micro is not None:
+        plans = _plans_for_micro(spec, dev, top_k, fusion_level, peak, micro)
+    else:
+        ranked = [mk for _, mk in choose_micro(spec, dev, peak)[1]]
+        alt = top_k >= 3 and len(ranked) > 1
+        plans = _plans_for_micro(spec, dev, top_k - 1 if alt else top_k, fusion_level, peak, ranked[0])
+        if alt:
+            plans += _plans_for_micro(spec, dev, 1, fusion_level, peak, ranked[1])
+    names = [lv.name for lv in hw.model_levels(dev)]
+    plans.sort(key=lambda p: (p.predicted_s, names.index(p.fusion_level), p.fused.dv_bytes))
+    return [replace(p, rank=i) for i, p in enumerate(plans)]
+
+
+def _plans_for_micro(spec, dev, top_k: int, fusion_level: str | None, peak: float, mk: MicroKernel) -> list[Plan]:
+    """The best ``top_k`` plans with one micro kernel (see :func:`plan_chain`)."""
+    nest: ChainNest = chain_nest(spec)
     levels = hw.model_levels(dev)
     if not levels:
         raise UnsupportedChainError(spec.name, f"device {dev.name} has no cache level to plan for")
-    mk, _ = choose_micro(spec, dev, peak)
     gran = granularity(spec, mk)
     gran = {d: g for d, g in gran.items() if d in nest.extents}
     ok = order_constraint(spec)
@@ -336,8 +396,7 @@ def plan_chain(spec, device: Any = None, top_k: int = 4, fusion_level: str | Non
                              reg_t, overhead_s=ov_s, overheads=ov, signature=sig))
         mine.sort(key=lambda p: (p.predicted_s, p.fused.dv_bytes))
         plans += mine[:quota[fuse]]
-    plans.sort(key=lambda p: (p.predicted_s, names.index(p.fusion_level), p.fused.dv_bytes))
-    return [replace(p, rank=i) for i, p in enumerate(plans)]
+    return plans
 
 
 UNFUSED_MARGIN = 1.10

@@ -157,7 +157,7 @@ def test_top_plans_are_distinct_kernels():
     # plans the code generator would realise identically (same fitted order and tiles) are listed once
     for spec in (GemmChain(12, 512, 64, 64, 512), GemmChain(1, 4096, 16, 16, 4096)):
         plans = plan_chain(spec, top_k=4)
-        sigs = [p.signature for p in plans]
+        sigs = [(p.micro.name, p.signature) for p in plans]
         assert len(plans) == 4 and len(set(sigs)) == 4
 
 
@@ -191,3 +191,49 @@ def test_explain_shows_overheads(capsys):
     p = plan_chain(GemmChain(1, 2048, 64, 64, 8192), top_k=1)[0]
     text = explain(p)
     assert "overheads" in text and abs(p.base_s + p.overhead_s - p.predicted_s) < 1e-12
+
+
+def test_micro_choice_follows_the_measured_fma_rate(monkeypatch):
+    # N = K = 80: a 32-wide block pads them to 96. With one 512-bit FMA per cycle (Zen 4: 4 accumulators saturate)
+    # an 8x16 block is FMA-bound like 8x32, so the padding decides; with two pipes (8 to saturate) 8x16 is
+    # load-bound (9 loads per 8 FMAs) and the model keeps the wider block
+    from chain_fuser import hw
+    from chain_fuser.planner import choose_micro, micro_cycles
+
+    spec = GemmChain(16, 256, 80, 80, 256)
+    dev = hw.resolve_device(None)
+    monkeypatch.setattr(hw, "saturating_accumulators", lambda device=None, measured_only=False: 4.0)
+    one_pipe = choose_micro(spec, dev, 2e11)[0]
+    assert one_pipe.nr == 16
+    monkeypatch.setattr(hw, "saturating_accumulators", lambda device=None, measured_only=False: 8.0)
+    mks = {m.name: m for _, m in choose_micro(spec, dev, 2e11)[1]}
+    assert micro_cycles(spec, mks["avx512_8x16"], dev) > micro_cycles(spec, mks["avx512_8x32"], dev) * 0.99
+    assert choose_micro(spec, dev, 2e11)[0].nr == 32
+
+
+def test_padded_rows_cost_a_copy_and_steer_the_block_height():
+    from chain_fuser import hw
+    from chain_fuser.model import MicroKernel
+    from chain_fuser.planner import choose_micro, padded_rows_copy_s
+
+    dev = hw.resolve_device(None)
+    spec = GemmChain(12, 256, 64, 64, 256)
+    lanes = hw.vector_lanes(dev)
+    six, eight = MicroKernel(6, 2 * lanes, lanes, hw.isa(dev)), MicroKernel(8, 2 * lanes, lanes, hw.isa(dev))
+    assert padded_rows_copy_s(spec, eight, dev) == 0.0
+    # read and write of A (12 x 256 x 64 floats) at the memory bandwidth
+    bw = dev.memory[0].total_read_bandwidth_bytes_per_s
+    assert padded_rows_copy_s(spec, six, dev) == pytest.approx(2 * 4 * 12 * 256 * 64 / bw)
+    assert 256 % choose_micro(spec, dev)[0].mr == 0
+    # Mixer-Base: M = 768 is divisible by 12, no copy, the tallest block that fits wins
+    assert choose_micro(GemmChain(1, 768, 64, 64, 384), dev)[0].mr == 12
+    # conv rows are output columns: 35 columns take a block height that divides them
+    assert 35 % choose_micro(ConvChain(1, 64, 35, 35, 96, 3, 3, 96, 3, 3), dev)[0].mr == 0
+
+
+def test_top_k_measures_a_second_micro_kernel():
+    spec = GemmChain(12, 512, 64, 64, 512)
+    plans = plan_chain(spec, top_k=4)
+    assert len({p.micro.name for p in plans}) == 2
+    assert plans == sorted(plans, key=lambda p: p.predicted_s)
+    assert len({p.micro.name for p in plan_chain(spec, top_k=2)}) == 1
