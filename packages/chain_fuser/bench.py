@@ -121,12 +121,23 @@ POOL_SETTLE_S = 0.02
 """Untimed pause after each in-process variant's timed calls (see ``time_interleaved``)."""
 
 
+PROBE_FLOOR = 0.75
+"""A timed slot counts when the FMA probe ran at ≥ this fraction of the session's measured peak just before and just
+after it (the machine's slow state runs at ~0.5 of it; its fast state at 0.8-1.0)."""
+PROBE_RETRIES = 4
+
+
 def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget_s: float,
-                     cpu_out: dict[str, float] | None = None) -> dict[str, float]:
+                     cpu_out: dict[str, float] | None = None, probe=None, floor_gflops: float = 0.0,
+                     stats: dict | None = None) -> dict[str, float]:
     """Median ms per variant; variants alternate within each repeat so that drifting machine load hits all.
 
     ``cpu_out``, when given, receives each variant's median CPU ms per call (all its threads, spin-waits included):
-    on a shared machine the wall clock counts other processes' time slices, the CPU time does not."""
+    on a shared machine the wall clock counts other processes' time slices, the CPU time does not.
+
+    ``probe`` (a :class:`chain_fuser.peak.FmaProbe`): each timed slot waits until the machine runs at
+    ``floor_gflops`` and is timed again (up to ``PROBE_RETRIES`` times) when the probe right after it finds the
+    machine slow, so that every variant is timed in the same (full-speed) state. ``stats`` receives the counts."""
     calls: dict[str, int] = {}
     long_calls: set[str] = set()  # variants whose one call takes > 50 ms: a thread pool's wake-up is noise there
 
@@ -170,10 +181,20 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
             rng.shuffle(order)
         for k in order:
             f = variants[k]
-            w, c = once(k, f, calls[k])
+            for attempt in range(PROBE_RETRIES + 1):
+                if probe is not None:
+                    probe.wait_fast(floor_gflops)
+                    time.sleep(POOL_SETTLE_S)  # the probe's TVM workers stop spinning before the slot
+                w, c = once(k, f, calls[k])
+                if probe is None or probe.fast(floor_gflops):
+                    break
+                if stats is not None:
+                    stats["retried_slots"] = stats.get("retried_slots", 0) + 1
             runs[k].append(w)
             if c is not None:
                 cpu[k].append(c)
+            if stats is not None:
+                stats["slots"] = stats.get("slots", 0) + 1
     if cpu_out is not None:
         cpu_out.update({k: statistics.median(v) for k, v in cpu.items() if v})
     return {k: statistics.median(v) for k, v in runs.items()}
@@ -406,7 +427,7 @@ def metaschedule_unfused(specs: list[GemmChain], trials: int, timeout_s: float =
 # --- the run --------------------------------------------------------------------------------------------------------
 def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
         only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
-        ms_config: dict | None = None, pin: bool = True) -> dict:
+        ms_config: dict | None = None, pin: bool = True, probe: bool = True) -> dict:
     import torch
 
     from shared_ir import atomic_write_text
@@ -442,6 +463,12 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     peak = measure_fma_peak(save=True)
     peak_gflops = peak["gflops"]
     log(f"FMA peak (measured, {threads} threads, {peak['lanes']} lanes): {peak_gflops:.1f} GFLOP/s")
+    fma_probe = None
+    if probe:  # created before the threads are placed: its workers are TVM's pool, placed with the rest
+        from .peak import FmaProbe
+
+        fma_probe = FmaProbe(threads)
+    floor = PROBE_FLOOR * peak_gflops
     items = shapes(scale)
     if only:
         items = [it for it in items if it["name"] in only or it["suite"] in only]
@@ -497,14 +524,16 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             if rt is not None:
                 variants["metaschedule"] = lambda rt=rt: rt(*ins)
         cpu_ms: dict[str, float] = {}
-        ms_ = time_interleaved(variants, repeat, budget, cpu_out=cpu_ms)
+        probe_stats: dict = {}
+        ms_ = time_interleaved(variants, repeat, budget, cpu_out=cpu_ms, probe=fma_probe, floor_gflops=floor,
+                               stats=probe_stats)
         if "openblas" in variants:
             variants["openblas"].done()
         flops = spec.flops
         row = {"name": name, "suite": it["suite"], "kind": spec.kind, "key": spec.key,
                "shape": _shape_dict(spec), "gflop": flops / 1e9, "max_rel_error": err,
                "ms": ms_, "plan": kernel.plan.to_dict(), "tune": rep.to_dict(),
-               "model_pick_vs_best_measured": rep.model_pick_vs_best}
+               "model_pick_vs_best_measured": rep.model_pick_vs_best, "probe": probe_stats}
         if ms_tune_s is not None:
             row["metaschedule_tune_s"] = ms_tune_s  # the one tuning run of the whole subset
             row["metaschedule_status"] = ms_note
@@ -582,6 +611,12 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             "gains_from_fusion": [r["name"] for r in rows if r["server_prediction"]["predicted_gain"] > 1.1],
             "no_gain": [r["name"] for r in rows if r["server_prediction"]["predicted_gain"] <= 1.1],
             "per_shape": {r["name"]: r["server_prediction"] for r in rows}},
+        "machine_probe": None if fma_probe is None else {
+            "floor_gflops": floor, "probes": fma_probe.samples, "slow_probes": fma_probe.slow,
+            "slots": sum(r["probe"].get("slots", 0) for r in rows),
+            "retried_slots": sum(r["probe"].get("retried_slots", 0) for r in rows),
+            "note": "every timed slot was preceded and followed by a ~0.2 ms FMA probe; a slot whose following probe "
+                    "ran below the floor (the shared machine's half-speed state) was timed again"},
         "seconds": time.perf_counter() - t_start,
         "load_avg_start": list(load_start),
         "load_avg_end": list(os.getloadavg()),
@@ -668,6 +703,10 @@ def summary_table(res: dict) -> str:
     lines.append(f"  model's first pick vs best of top K: geomean {f(mp['geomean'], '{:.3f}')}, max "
                  f"{f(mp['max'], '{:.3f}')}, within 10% on {mp['within_10_percent']}/{mp['shapes']}")
     lines.append(f"  server64 predictions, fusion gains on: {', '.join(res['server_predictions']['gains_from_fusion']) or '-'}")
+    if res.get("machine_probe"):
+        mp_ = res["machine_probe"]
+        lines.append(f"  machine state: {mp_['slow_probes']}/{mp_['probes']} probes below {mp_['floor_gflops']:.0f} "
+                     f"GFLOP/s; {mp_['retried_slots']} of {mp_['slots']} timed slots timed again")
     lines.append(f"  total {res['seconds']:.0f} s; load average (1/5/15 min) at start {res.get('load_avg_start')}, "
                  f"at end {res.get('load_avg_end')}")
     return "\n".join(lines)
@@ -690,6 +729,8 @@ def main(argv=None) -> int:
     ap.add_argument("--no-openblas", action="store_true")
     ap.add_argument("--no-pin", action="store_true",
                     help="leave the calling thread and TVM's worker unpinned (the library's default placement)")
+    ap.add_argument("--no-probe", action="store_true",
+                    help="time slots whatever the machine's state (no FMA probe around them)")
     a = ap.parse_args(argv)
     # torch's OpenMP threads spin after each torch call (libgomp's default wait policy); interleaved with TVM's
     # kernels they then take the cores from TVM's threads (measured: our kernels 2-5x slower right after a torch
@@ -708,7 +749,7 @@ def main(argv=None) -> int:
     if a.ms_shapes is not None:
         ms["shapes"] = a.ms_shapes
     run(a.scale, a.top_k, a.repeat, a.out, a.only, not a.no_metaschedule, not a.no_openblas, ms_config=ms,
-        pin=not a.no_pin)
+        pin=not a.no_pin, probe=not a.no_probe)
     return 0
 
 

@@ -100,3 +100,34 @@ def test_pickcheck_reports_the_first_pick_against_the_best(tmp_path):
     assert len(row["cpu_ms"]) == len(row["predicted_ms"]) == 2 and min(row["cpu_ms"]) > 0
     assert row["pick_vs_best"] == row["cpu_ms"][0] / min(row["cpu_ms"]) >= 1.0
     assert json.loads(out.read_text())["shapes"] == 1
+
+
+def test_fma_probe_reports_the_machine_state():
+    from chain_fuser.peak import FmaProbe
+
+    p = FmaProbe(iters=2000)
+    assert p.gflops() > 0
+    assert p.wait_fast(0.0) and p.samples == 1 and p.slow == 0
+    assert not p.wait_fast(1e9, max_wait_s=0.05, step_s=0.01) and p.slow == p.samples - 1 >= 2
+
+
+def test_slots_in_a_slow_state_are_timed_again():
+    from chain_fuser.bench import PROBE_RETRIES, time_interleaved
+
+    class Flaky:  # slow after every second slot
+        samples = slow = 0
+
+        def __init__(self):
+            self.after = 0
+
+        def wait_fast(self, floor):
+            return True
+
+        def fast(self, floor):
+            self.after += 1
+            return self.after % 2 == 0
+
+    calls = []
+    stats: dict = {}
+    ms = time_interleaved({"a": lambda: calls.append(1)}, repeat=3, budget_s=0.001, probe=Flaky(), stats=stats)
+    assert set(ms) == {"a"} and stats["slots"] == 3 and stats["retried_slots"] == 3 <= 3 * PROBE_RETRIES
