@@ -187,6 +187,8 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
                     time.sleep(POOL_SETTLE_S)  # the probe's TVM workers stop spinning before the slot
                 w, c = once(k, f, calls[k])
                 if probe is None or probe.fast(floor_gflops):
+                    if probe is not None and stats is not None:
+                        stats.setdefault("rates", []).append(probe.last)
                     break
                 if stats is not None:
                     stats["retried_slots"] = stats.get("retried_slots", 0) + 1
@@ -545,6 +547,10 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             row["fused_vs_unfused"] = row["ms"]["tvm_unfused"] / row["ms"].get("ours_fused", o)
         row["gflops"] = {k: flops / (v * 1e-3) / 1e9 for k, v in row["ms"].items()}
         row["peak_fraction"] = {k: g / peak_gflops for k, g in row["gflops"].items()}
+        rates = probe_stats.pop("rates", [])
+        if rates:  # the FMA probe's rate right after this row's slots: what the machine delivered then
+            row["probe_gflops"] = statistics.median(rates)
+            row["peak_fraction_vs_probe"] = {k: g / row["probe_gflops"] for k, g in row["gflops"].items()}
         # per CPU second (robust to other processes' load): ratios, and GFLOP per CPU-second against one core's peak
         row["cpu_ms"] = cpu_ms
         oc = cpu_ms.get("ours")
@@ -631,6 +637,23 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         r["peak_fraction"] = {k: g / best for k, g in r["gflops"].items()}
         r["peak_fraction_cpu"] = {k: g / (best / threads) for k, g in r["gflops_per_cpu_s"].items()}
     result["reference_peak_fraction"] = geomean([r["peak_fraction"]["ours"] for r in ref_rows])
+    result["reference_peak_fraction_vs_probe"] = geomean([r.get("peak_fraction_vs_probe", {}).get("ours")
+                                                         for r in ref_rows])
+    # what any kernel could reach at most: the FMA peak over the baseline's measured rate, per shape (geomean).
+    # A target ratio above this ceiling is out of reach on this machine whatever the kernel.
+    result["ceilings"] = {
+        "note": "geomean over the suite of (FMA peak / the baseline's measured FLOP rate): the speed-up a kernel "
+                "running at 100 % of the peak would show",
+        "reference_vs_torch": geomean([1 / r["peak_fraction"]["torch"] for r in ref_rows
+                                       if r["peak_fraction"].get("torch")]),
+        "conv_vs_torch": geomean([1 / r["peak_fraction"]["torch"] for r in ref_rows
+                                  if r["kind"] == "conv" and r["peak_fraction"].get("torch")]),
+        "reference_vs_openblas": geomean([1 / r["peak_fraction"]["openblas"] for r in ref_rows
+                                          if r["peak_fraction"].get("openblas")]),
+        "vs_metaschedule": geomean([1 / r["peak_fraction"]["metaschedule"] for r in rows
+                                    if r["peak_fraction"].get("metaschedule")]),
+        "torch_reference_peak_fraction": geomean([r["peak_fraction"].get("torch") for r in ref_rows]),
+        "metaschedule_peak_fraction": geomean([r["peak_fraction"].get("metaschedule") for r in rows])}
     result["reference_peak_fraction_cpu"] = geomean([r["peak_fraction_cpu"].get("ours") for r in ref_rows])
     result["cpu_time_note"] = ("*_cpu keys: the same runs measured in CPU time (all threads of the process, spin-waits "
                                "included; OpenBLAS's in its own process): robust to the other processes on a shared "
@@ -703,6 +726,14 @@ def summary_table(res: dict) -> str:
     lines.append(f"  model's first pick vs best of top K: geomean {f(mp['geomean'], '{:.3f}')}, max "
                  f"{f(mp['max'], '{:.3f}')}, within 10% on {mp['within_10_percent']}/{mp['shapes']}")
     lines.append(f"  server64 predictions, fusion gains on: {', '.join(res['server_predictions']['gains_from_fusion']) or '-'}")
+    if res.get("reference_peak_fraction_vs_probe"):
+        lines.append(f"  reference vs the FMA probe's rate right after each row's slots (the machine then): "
+                     f"{f(res['reference_peak_fraction_vs_probe'], '{:.0%}')}")
+    c = res.get("ceilings") or {}
+    if c:
+        lines.append(f"  ceilings at 100 % of the peak: ×{f(c.get('reference_vs_torch'))} vs torch (torch at "
+                     f"{f(c.get('torch_reference_peak_fraction'), '{:.0%}')} of it), conv ×{f(c.get('conv_vs_torch'))}, "
+                     f"×{f(c.get('reference_vs_openblas'))} vs OpenBLAS, ×{f(c.get('vs_metaschedule'))} vs MetaSchedule")
     if res.get("machine_probe"):
         mp_ = res["machine_probe"]
         lines.append(f"  machine state: {mp_['slow_probes']}/{mp_['probes']} probes below {mp_['floor_gflops']:.0f} "

@@ -145,6 +145,7 @@ class FmaProbe:
         self._f(self._out)  # warm-up: workers started
         self.samples = 0
         self.slow = 0
+        self.last = 0.0
 
     def gflops(self) -> float:
         """Best of two back-to-back runs (the first may pay the thread pool's wake-up)."""
@@ -156,7 +157,8 @@ class FmaProbe:
         return best
 
     def fast(self, floor_gflops: float) -> bool:
-        ok = self.gflops() >= floor_gflops
+        self.last = self.gflops()
+        ok = self.last >= floor_gflops
         self.samples += 1
         self.slow += not ok
         return ok

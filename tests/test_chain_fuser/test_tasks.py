@@ -116,6 +116,7 @@ def test_slots_in_a_slow_state_are_timed_again():
 
     class Flaky:  # slow after every second slot
         samples = slow = 0
+        last = 200.0
 
         def __init__(self):
             self.after = 0
