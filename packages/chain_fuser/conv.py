@@ -244,8 +244,8 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
 def conv_call(kernel, tensors, out=None):
     import torch
 
-    spec = kernel.spec
-    ins = [t.contiguous() for t in tensors]
-    res = out if out is not None else torch.empty(spec.shapes()["O"], dtype=torch.float32)
-    kernel.module["main"](*ins, res)
+    info = kernel._call_info()
+    ins = [t if t.is_contiguous() else t.contiguous() for t in tensors]
+    res = out if out is not None else torch.empty(info["out_shape"], dtype=torch.float32)
+    info["fn"](*ins, res)
     return res

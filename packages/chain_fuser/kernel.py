@@ -131,39 +131,56 @@ class FusedKernel:
         return f"{self.spec.name}[{'fused' if self.fused else 'unfused'} {self.plan.micro.name}]"
 
     # --- calling ----------------------------------------------------------------------------------------------
+    def _call_info(self) -> dict:
+        """What every call needs and never changes: the expected inputs, the padded shape, the compiled function
+        (looked up once: a module's ``["main"]`` is a registry lookup per call otherwise). Per call this path took
+        ~13 µs above the compiled function alone (Mixer-Small: 174 vs 161 µs), 7 % of a 0.19 ms kernel."""
+        info = self.__dict__.get("_ci")
+        if info is None:
+            want = self.spec.shapes()
+            names = [n for n in want if n not in ("E", "O")]
+            info = {"want": [(n, tuple(want[n])) for n in names], "fn": self.module["main"]}
+            if isinstance(self.spec, GemmChain):
+                from .codegen import kernel_shape
+
+                info["ks"] = kernel_shape(self.spec, self.plan.micro)
+            else:
+                info["out_shape"] = tuple(want["O"])
+            self.__dict__["_ci"] = info
+        return info
+
     def _check(self, tensors: Sequence[Any]):
         import torch
 
-        want = self.spec.shapes()
-        names = [n for n in want if n not in ("E", "O")]
-        if len(tensors) != len(names):
+        want = self._call_info()["want"]
+        if len(tensors) != len(want):
+            names = [n for n, _ in want]
             raise ChainShapeError(f"{self.spec.name}.inputs", f"expected {len(names)} tensors {names}, got {len(tensors)}")
-        for n, t in zip(names, tensors):
+        for (n, shape_want), t in zip(want, tensors):
             if not isinstance(t, torch.Tensor):
                 raise ChainShapeError(f"{self.spec.name}.{n}", f"expected a torch.Tensor, got {type(t).__name__}")
             if t.dtype != torch.float32:
                 raise ChainDTypeError(f"{self.spec.name}.{n}", t.dtype)
             shape = tuple(t.shape)
-            if shape != tuple(want[n]):
+            if shape != shape_want:
                 raise ChainShapeError(f"{self.spec.name}.{n}", f"shape {list(shape)} does not match the compiled "
-                                      f"chain's {list(want[n])}", shape)
+                                      f"chain's {list(shape_want)}", shape)
 
     def __call__(self, *tensors, out=None):
         import torch
 
         self._check(tensors)
+        info = self.__dict__["_ci"]
         if isinstance(self.spec, GemmChain):
-            from .codegen import kernel_shape
-
-            ks = kernel_shape(self.spec, self.plan.micro)
-            A, B, D, *rest = (t.contiguous() for t in tensors)
+            ks = info["ks"]
+            A, B, D, *rest = [t if t.is_contiguous() else t.contiguous() for t in tensors]
             b1 = rest.pop(0) if self.spec.bias1 else None
             b2 = rest.pop(0) if self.spec.bias2 else None
             if ks.Mp != ks.M:
                 A = self._padded_rows(A, ks.Mp)
             full = out if (out is not None and ks.Mp == ks.M and ks.Np == ks.N) else \
                 torch.empty((ks.batch, ks.Mp, ks.Np), dtype=torch.float32)
-            self.module["main"](A, B, D, *([b1] if b1 is not None else []), full)
+            info["fn"](A, B, D, *([b1] if b1 is not None else []), full)
             res = full[:, :ks.M, :ks.N] if (ks.Mp != ks.M or ks.Np != ks.N) else full
             if b2 is not None:
                 res.add_(b2)  # the second bias: one pass over the (small) output
