@@ -1,5 +1,6 @@
 """Plans for a chain: the micro kernel, then order and tiles per cache level (outer to inner, inner tiles no larger
-than outer ones), ranked by the model's predicted time. The top K plans differ at the fusion level."""
+than outer ones), ranked by the model's predicted time. The top K plans differ at the fusion level, and one of them
+uses the runner-up micro kernel."""
 from __future__ import annotations
 
 import math
