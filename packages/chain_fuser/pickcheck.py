@@ -50,7 +50,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int = 7, only: list[str] |
         ratio = best[0] / min(best)
         rows[it["name"]] = {"suite": it["suite"], "pick_vs_best": ratio, "cpu_ms": best,
                             "predicted_ms": [p.predicted_s * 1e3 for p in plans],
-                            "plans": [{"level": p.fusion_level, "order": list(p.signature[0]),
+                            "plans": [{"micro": p.micro.name, "level": p.fusion_level, "order": list(p.signature[0]),
                                        "tiles": dict(p.signature[1])} for p in plans]}
         log(f"{it['name']:20s} first pick / best of {len(plans)}: ×{ratio:.3f}   CPU ms " +
             " ".join(f"{x:.3f}" for x in best))
