@@ -113,6 +113,26 @@ def _peak_cache_path() -> str:
     return os.path.join(cache_dir(), "fma_peak.json")
 
 
+def peak_record() -> dict | None:
+    """The FMA-peak record that :func:`chain_fuser.peak.measure_fma_peak` cached on disk, or None. Read once per
+    change of the file (its mtime): the planner asks for it for every micro kernel it scores."""
+    p = _peak_cache_path()
+    try:
+        mtime = os.stat(p).st_mtime_ns
+    except OSError:
+        return None
+    if _PEAK_RECORD.get("key") != (p, mtime):
+        try:
+            with open(p) as f:
+                rec = json.load(f)
+        except (OSError, ValueError):
+            rec = None
+        _PEAK_RECORD.update(key=(p, mtime), rec=rec)
+    return _PEAK_RECORD["rec"]
+
+
+_PEAK_RECORD: dict = {}
+
 DEFAULT_SATURATING_ACCUMULATORS = 8.0
 """Independent FMA chains that keep the vector FMA pipes busy (pipes × latency) where nothing was measured: two
 pipes × 4 cycles, as on the server preset and Intel AVX-512 cores."""
@@ -123,26 +143,18 @@ def saturating_accumulators(device=None, measured_only: bool = False) -> float |
     (peak over the one-accumulator rate); the default for other devices or when it was never measured."""
     dev = device or host_device()
     if dev is host_device():
-        p = _peak_cache_path()
-        try:
-            with open(p) as f:
-                v = json.load(f).get("saturating_accumulators")
-            if v:
-                return float(v)
-        except (OSError, ValueError):
-            pass
+        v = (peak_record() or {}).get("saturating_accumulators")
+        if v:
+            return float(v)
     return None if measured_only else DEFAULT_SATURATING_ACCUMULATORS
 
 
 def measured_peak_flops(refresh: bool = False) -> float | None:
     """The FMA peak measured by :func:`chain_fuser.peak.measure_fma_peak` and cached on disk, if any."""
-    p = _peak_cache_path()
-    if refresh or not os.path.exists(p):
-        return None
+    rec = None if refresh else peak_record()
     try:
-        with open(p) as f:
-            return float(json.load(f)["gflops"]) * 1e9
-    except (OSError, ValueError, KeyError):
+        return float(rec["gflops"]) * 1e9 if rec else None
+    except (KeyError, TypeError, ValueError):
         return None
 
 

@@ -30,6 +30,17 @@ def fma_kernel(lanes: int, accumulators: int, iters: int, threads: int):
     return fma
 
 
+def _fma_loop(tvm, lanes: int, accumulators: int, iters: int, threads: int):
+    """The compiled peak loop, its output tensor and the FLOPs of one call."""
+    import numpy as np
+
+    from .codegen import target
+
+    mod = tvm.build(fma_kernel(lanes, accumulators, iters, threads), target=target())
+    out = tvm.runtime.tensor(np.zeros((threads, lanes * accumulators), "float32"), tvm.cpu(0))
+    return mod, out, 2.0 * threads * lanes * accumulators * iters
+
+
 def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accumulators: int = 24,
                      iters: int = 50_000, repeat: int = 40, rounds: int = 3, save: bool = True) -> dict:
     """Measure and (by default) cache the FMA peak. Returns ``{"gflops", "threads", "lanes", ...}``.
@@ -38,36 +49,29 @@ def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accum
     on idle cores): on a shared machine a short run often gets both cores to itself, a long one almost never, so
     the best short run is the closest to the hardware's limit. 24 independent accumulators (of the 32 vector
     registers) cover 2 FMA pipes × 4+ cycles of latency with room to spare."""
-    import numpy as np
-
     from shared_ir.hostinfo import num_cores
 
-    from .codegen import target
     from .hw import vector_lanes
     from .kernel import import_tvm
 
     tvm = import_tvm()
     threads = threads or num_cores()
     lanes = lanes or vector_lanes()
-    mod = tvm.build(fma_kernel(lanes, accumulators, iters, threads), target=target())
+    mod, out, flops = _fma_loop(tvm, lanes, accumulators, iters, threads)
     dev = tvm.cpu(0)
-    out = tvm.runtime.tensor(np.zeros((threads, lanes * accumulators), "float32"), dev)
     ev = mod.time_evaluator("main", dev, number=1, repeat=repeat)
     ev(out)  # warm-up: the thread pool's workers started and spinning
     runs = [t for _ in range(rounds) for t in ev(out).results]
     best = min(runs)
     median = sorted(runs)[len(runs) // 2]
-    flops = 2.0 * threads * lanes * accumulators * iters
     # one accumulator: every FMA waits for the previous one (latency-bound). Peak over this rate is the number of
     # independent accumulators that saturate the FMA pipes (pipes × latency): 8 on cores with two 512-bit pipes,
     # 4 on Zen 4, which issues one 512-bit FMA per cycle (two 256-bit halves). The micro-kernel model needs it.
-    lat_iters = max(1, iters * accumulators // 8)
-    lat_mod = tvm.build(fma_kernel(lanes, 1, lat_iters, threads), target=target())
-    lat_out = tvm.runtime.tensor(np.zeros((threads, lanes), "float32"), dev)
+    lat_mod, lat_out, lat_flops = _fma_loop(tvm, lanes, 1, max(1, iters * accumulators // 8), threads)
     lat_ev = lat_mod.time_evaluator("main", dev, number=1, repeat=max(5, repeat // 4))
     lat_ev(lat_out)
     lat_best = min(t for _ in range(rounds) for t in lat_ev(lat_out).results)
-    lat_gflops = 2.0 * threads * lanes * lat_iters / lat_best / 1e9
+    lat_gflops = lat_flops / lat_best / 1e9
     res = {"gflops": flops / best / 1e9, "threads": threads, "lanes": lanes, "accumulators": accumulators,
            "iters": iters, "seconds": best, "runs": len(runs),
            "median_gflops": flops / median / 1e9, "latency_bound_gflops": lat_gflops,
@@ -76,16 +80,15 @@ def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accum
     if save:
         from shared_ir import atomic_write_text
 
-        from .hw import _peak_cache_path, measured_peak_flops, saturating_accumulators
+        from .hw import _peak_cache_path, measured_peak_flops, peak_record
 
         prev = measured_peak_flops()
         # a peak is the best the machine did: a run on a busy machine must not lower it (refresh: delete the file)
         if prev is None or res["gflops"] * 1e9 >= prev:
             atomic_write_text(_peak_cache_path(), json.dumps(res, indent=1))
-        elif saturating_accumulators(measured_only=True) is None:
+        elif "saturating_accumulators" not in peak_record():
             # a record from before this field existed: add it, keep the (higher) peak
-            with open(_peak_cache_path()) as f:
-                rec = json.load(f)
+            rec = dict(peak_record())
             rec.update({k: res[k] for k in ("latency_bound_gflops", "saturating_accumulators")})
             atomic_write_text(_peak_cache_path(), json.dumps(rec, indent=1))
     return res
@@ -128,20 +131,14 @@ class FmaProbe:
     each timed slot and times the slot again when the machine was slow (see ``bench.time_interleaved``)."""
 
     def __init__(self, threads: int | None = None, iters: int = 20_000, accumulators: int = 24):
-        import numpy as np
-
         from shared_ir.hostinfo import num_cores
 
-        from .codegen import target
         from .hw import vector_lanes
         from .kernel import import_tvm
 
-        tvm = import_tvm()
-        threads = threads or num_cores()
-        lanes = vector_lanes()
-        self._f = tvm.build(fma_kernel(lanes, accumulators, iters, threads), target=target())["main"]
-        self._out = tvm.runtime.tensor(np.zeros((threads, lanes * accumulators), "float32"), tvm.cpu(0))
-        self._flops = 2.0 * threads * lanes * accumulators * iters
+        mod, self._out, self._flops = _fma_loop(import_tvm(), vector_lanes(), accumulators, iters,
+                                                threads or num_cores())
+        self._f = mod["main"]
         self._f(self._out)  # warm-up: workers started
         self.samples = 0
         self.slow = 0

@@ -78,12 +78,17 @@ def micro_cycles(spec, mk: MicroKernel, device) -> float:
     loads = steps * (mk.mr + nv)
     acc = mk.mr * nv
     sat = hw.saturating_accumulators(device)
-    pipes = max(1.0, sat / FMA_LATENCY_CYCLES)
+    pipes = fma_pipes(sat)
     # every output block starts from zeroed accumulators and ends with their store (one per cycle), after the
     # FMA chains' latency ramp: per block, not per step, so short reductions favour tall blocks (KN8-4k, K = 8:
     # 14×16 4.3 ms vs 8×16 5.0 ms, one interleaved run)
     blocks = output_blocks(spec, mk)
     return max(fma / pipes * max(1.0, sat / acc), loads / LOADS_PER_CYCLE) + blocks * (acc + ACC_RAMP_CYCLES)
+
+
+def fma_pipes(saturating_accumulators: float) -> float:
+    """Vector FMAs issued per cycle: the accumulators that saturate the pipes over the FMA's latency."""
+    return max(1.0, saturating_accumulators / FMA_LATENCY_CYCLES)
 
 
 def output_blocks(spec, mk: MicroKernel) -> float:
@@ -109,17 +114,15 @@ def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, 
     """The micro kernel with the least modelled time: :func:`micro_cycles` (padded work, FMA and load issue,
     latency stalls, per-block accumulator cost) at the peak's cycle rate, plus the padded-rows copy
     (:func:`padded_rows_copy_s`). Ranked list as ``(seconds, kernel)``."""
-    dev = device
-    peak = peak or hw.peak_flops(dev)
-    sat = hw.saturating_accumulators(dev)
-    pipes = max(1.0, sat / FMA_LATENCY_CYCLES)
+    peak = peak or hw.peak_flops(device)
+    pipes = fma_pipes(hw.saturating_accumulators(device))
     scored = []
-    for mk in hw.micro_kernels(dev):
+    for mk in hw.micro_kernels(device):
         if mk.mr not in MR_CHOICES:
             continue
         acc = mk.mr * mk.nr // mk.vector_lanes
         # core-cycles → seconds: one cycle of all cores issues pipes × lanes FMAs (2 flops each) per core
-        t = micro_cycles(spec, mk, dev) * pipes * mk.vector_lanes * 2 / peak + padded_rows_copy_s(spec, mk, dev)
+        t = micro_cycles(spec, mk, device) * pipes * mk.vector_lanes * 2 / peak + padded_rows_copy_s(spec, mk, device)
         scored.append((t * (1 - 1e-3 * min(acc, 24) / 24), mk))  # ties: more accumulators
     scored.sort(key=lambda x: x[0])
     return scored[0][1], scored
