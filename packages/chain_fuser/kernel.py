@@ -170,7 +170,7 @@ class FusedKernel:
         import torch
 
         self._check(tensors)
-        info = self.__dict__["_ci"]
+        info = self._call_info()
         if isinstance(self.spec, GemmChain):
             ks = info["ks"]
             A, B, D, *rest = [t if t.is_contiguous() else t.contiguous() for t in tensors]
