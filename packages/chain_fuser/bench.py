@@ -120,12 +120,39 @@ def torch_sdpa(spec, ins) -> Callable[[], Any]:
 POOL_SETTLE_S = 0.02
 """Untimed pause after each in-process variant's timed calls (see ``time_interleaved``)."""
 
+WARM_S = 0.03
+"""Untimed calls for this long before each timed slot, every variant (the OpenBLAS child's too). After the pauses
+around the OpenBLAS child's slots (0.25 s idle) the next ~20 ms run slower (measured: ours ×1.04, torch ×1.10 after
+0.3 s idle with one warm-up call; the same as back-to-back calls after 30-100 ms of warm-up), which cost every GEMM
+row 3-6 % (ours) and 5-10 % (torch) against rows timed without the child."""
+
 
 PROBE_FLOOR = 0.85
 """A timed slot counts when the FMA probe ran at ≥ this fraction of the session's measured peak just before and just
 after it (the machine's slow state runs at ~0.5 of it, with intermediate readings at 0.75-0.85; its fast state at
 0.9-1.0)."""
 PROBE_RETRIES = 4
+
+
+def malloc_steady_state() -> None:
+    """Allocate and free one 31 MB block, so that glibc's malloc serves every later block below 32 MB from its heap.
+
+    Why: glibc maps blocks above its mmap threshold (128 kB at start) with mmap and unmaps them on free, so each
+    call that allocates its output pays page faults and zeroing, until freeing a larger mapped block raises the
+    threshold (up to 32 MB). Which rows paid that depended on what ran before: the OpenBLAS child's first shapes ran
+    at half speed (Mixer-Small first in a fresh child 0.43 ms, after other shapes 0.18 ms; Bert-Small and Bert-Base
+    2x slower than Bert-Large in the bench). Both processes start in the steady state instead."""
+    import numpy as np
+
+    np.ones((31 << 20) // 4, np.float32)
+
+
+def warm_up(f: Callable[[], Any], seconds: float) -> None:
+    """Call ``f`` at least once, and again until ``seconds`` have passed."""
+    end = time.perf_counter() + seconds
+    f()
+    while time.perf_counter() < end:
+        f()
 
 
 def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget_s: float,
@@ -151,7 +178,7 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
                 time.sleep(f.settle_s)
             return r if isinstance(r, tuple) else (r, None)
         if k not in long_calls:
-            f()  # one untimed call: thread pools awake, caches warm, as the other process's variant gets too
+            warm_up(f, WARM_S)  # thread pools awake, caches warm, clocks up, as the other process's variant gets too
         t, c = time.perf_counter(), time.process_time()
         for _ in range(n):
             f()
@@ -212,6 +239,7 @@ os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[1]
 import numpy as np
 from threadpoolctl import threadpool_info
 rng = np.random.default_rng(0)
+np.ones((31 << 20) // 4, np.float32)  # the allocator's steady state, as in the parent (bench.malloc_steady_state)
 fns = {}
 placement = None
 if len(sys.argv) > 2 and sys.argv[2] == "pin" and hasattr(os, "sched_setaffinity"):
@@ -247,7 +275,10 @@ for line in sys.stdin:
         print(json.dumps({"ok": True}), flush=True)
     elif j["cmd"] == "time":
         f = fns[j["name"]]
-        f()  # one untimed call: its threads awake after the pause the parent leaves between variants
+        end = time.perf_counter() + j.get("warm_s", 0.0)
+        f()  # untimed calls: its threads awake after the pause the parent leaves between variants (WARM_S)
+        while time.perf_counter() < end:
+            f()
         t, c = time.perf_counter(), time.process_time()
         for _ in range(j["n"]):
             f()
@@ -285,7 +316,7 @@ class OpenBLASServer:
     def variant(self, name: str, s: GemmChain) -> "SelfTimed":
         self._ask(cmd="setup", name=name, b=s.batch, M=s.M, N=s.N, K=s.K, L=s.L, glue=s.glue, scale=s.scale)
         def timed(n):
-            r = self._ask(cmd="time", name=name, n=n)
+            r = self._ask(cmd="time", name=name, n=n, warm_s=WARM_S)
             return r["ms"], r.get("cpu_ms")
 
         # OpenBLAS's pthreads spin-wait after a call (THREAD_TIMEOUT, 2^28 cycles ≈ 0.1 s by default) before they
@@ -463,6 +494,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     if pin:  # TVM's worker on its own core; the caller is pinned off it once the other pools exist (below)
         os.environ["TVM_BIND_THREADS"] = "1"
     import_tvm()  # sizes TVM's thread pool before anything else loads it
+    malloc_steady_state()
     peak = measure_fma_peak(save=True)
     peak_gflops = peak["gflops"]
     log(f"FMA peak (measured, {threads} threads, {peak['lanes']} lanes): {peak_gflops:.1f} GFLOP/s")

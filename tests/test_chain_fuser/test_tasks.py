@@ -132,3 +132,25 @@ def test_slots_in_a_slow_state_are_timed_again():
     stats: dict = {}
     ms = time_interleaved({"a": lambda: calls.append(1)}, repeat=3, budget_s=0.001, probe=Flaky(), stats=stats)
     assert set(ms) == {"a"} and stats["slots"] == 3 and stats["retried_slots"] == 3 <= 3 * PROBE_RETRIES
+
+
+def test_every_slot_is_warmed_up_for_a_while_before_it_is_timed(monkeypatch):
+    import time
+
+    from chain_fuser import bench
+
+    calls = []
+    bench.warm_up(lambda: calls.append(1), 0.0)
+    assert calls == [1]  # at least one call, even with no time
+    t = time.perf_counter()
+    bench.warm_up(lambda: calls.append(1), 0.02)
+    assert time.perf_counter() - t >= 0.02 and len(calls) > 2
+
+    monkeypatch.setattr(bench, "WARM_S", 0.0)
+    cold: list = []
+    bench.time_interleaved({"a": lambda: cold.append(1)}, repeat=2, budget_s=1e-9)
+    monkeypatch.setattr(bench, "WARM_S", 0.01)
+    warm: list = []
+    bench.time_interleaved({"a": lambda: (warm.append(1), time.sleep(1e-4))}, repeat=2, budget_s=1e-9)
+    # cold: 2 calibration slots + 2 timed slots, one warm-up call and one timed call each; warm: 10 ms of calls each
+    assert len(cold) == 8 and len(warm) > 4 * len(cold)
