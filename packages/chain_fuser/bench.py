@@ -214,7 +214,7 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
                     probe.wait_fast(floor_gflops)
                     time.sleep(POOL_SETTLE_S)  # the probe's TVM workers stop spinning before the slot
                 w, c = once(k, f, calls[k])
-                if probe is None or probe.fast(floor_gflops):
+                if probe is None or probe.fast(floor_gflops) or probe.exhausted:
                     if probe is not None and stats is not None:
                         stats.setdefault("rates", []).append(probe.last)
                     break
@@ -656,8 +656,11 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             "floor_gflops": floor, "probes": fma_probe.samples, "slow_probes": fma_probe.slow,
             "slots": sum(r["probe"].get("slots", 0) for r in rows),
             "retried_slots": sum(r["probe"].get("retried_slots", 0) for r in rows),
+            "waited_s": fma_probe.waited_s, "wait_budget_s": fma_probe.wait_budget_s,
+            "gave_up": fma_probe.exhausted,
             "note": "every timed slot was preceded and followed by a ~0.2 ms FMA probe; a slot whose following probe "
-                    "ran below the floor (the shared machine's half-speed state) was timed again"},
+                    "ran below the floor (the shared machine's half-speed state) was timed again, until the waiting "
+                    "budget was spent (gave_up: later slots were timed whatever the state)"},
         "seconds": time.perf_counter() - t_start,
         "load_avg_start": list(load_start),
         "load_avg_end": list(os.getloadavg()),
@@ -772,7 +775,9 @@ def summary_table(res: dict) -> str:
     if res.get("machine_probe"):
         mp_ = res["machine_probe"]
         lines.append(f"  machine state: {mp_['slow_probes']}/{mp_['probes']} probes below {mp_['floor_gflops']:.0f} "
-                     f"GFLOP/s; {mp_['retried_slots']} of {mp_['slots']} timed slots timed again")
+                     f"GFLOP/s; {mp_['retried_slots']} of {mp_['slots']} timed slots timed again; "
+                     f"{mp_.get('waited_s', 0):.0f} s waited for the fast state"
+                     + (" (budget spent: later slots timed whatever the state)" if mp_.get("gave_up") else ""))
     lines.append(f"  total {res['seconds']:.0f} s; load average (1/5/15 min) at start {res.get('load_avg_start')}, "
                  f"at end {res.get('load_avg_end')}")
     return "\n".join(lines)

@@ -130,7 +130,10 @@ class FmaProbe:
     meet different states reports ratios of the machine, not of the kernels. The benchmark probes before and after
     each timed slot and times the slot again when the machine was slow (see ``bench.time_interleaved``)."""
 
-    def __init__(self, threads: int | None = None, iters: int = 20_000, accumulators: int = 24):
+    def __init__(self, threads: int | None = None, iters: int = 20_000, accumulators: int = 24,
+                 wait_budget_s: float = 120.0):
+        """``wait_budget_s``: the most seconds all of ``wait_fast`` may wait, together; past it the probe stops
+        gating (``exhausted``), so that a machine that stays slow makes the benchmark noisier, not hours long."""
         from shared_ir.hostinfo import num_cores
 
         from .hw import vector_lanes
@@ -143,6 +146,13 @@ class FmaProbe:
         self.samples = 0
         self.slow = 0
         self.last = 0.0
+        self.wait_budget_s = wait_budget_s
+        self.waited_s = 0.0
+
+    @property
+    def exhausted(self) -> bool:
+        """The waiting budget is spent: callers time slots whatever the machine's state from now on."""
+        return self.waited_s >= self.wait_budget_s
 
     def gflops(self) -> float:
         """Best of two back-to-back runs (the first may pay the thread pool's wake-up)."""
@@ -161,10 +171,15 @@ class FmaProbe:
         return ok
 
     def wait_fast(self, floor_gflops: float, max_wait_s: float = 3.0, step_s: float = 0.05) -> bool:
-        """Probe until the machine runs at ``floor_gflops`` or better (True), or ``max_wait_s`` passed (False)."""
-        end = time.perf_counter() + max_wait_s
-        while not self.fast(floor_gflops):
-            if time.perf_counter() > end:
-                return False
-            time.sleep(step_s)
-        return True
+        """Probe until the machine runs at ``floor_gflops`` or better (True), or ``max_wait_s`` passed or the
+        waiting budget is spent (False)."""
+        t0 = time.perf_counter()
+        end = t0 + min(max_wait_s, max(0.0, self.wait_budget_s - self.waited_s))
+        try:
+            while not self.fast(floor_gflops):
+                if time.perf_counter() > end:
+                    return False
+                time.sleep(step_s)
+            return True
+        finally:
+            self.waited_s += time.perf_counter() - t0

@@ -1,6 +1,7 @@
 """The Hydra task functions and the benchmark entry (smoke: one small shape each)."""
 import csv
 import json
+import time
 
 import pytest
 from chain_fuser.config import ChainsExperiment
@@ -111,12 +112,29 @@ def test_fma_probe_reports_the_machine_state():
     assert not p.wait_fast(1e9, max_wait_s=0.05, step_s=0.01) and p.slow == p.samples - 1 >= 2
 
 
+def test_fma_probe_stops_gating_when_its_waiting_budget_is_spent():
+    from chain_fuser.bench import time_interleaved
+    from chain_fuser.peak import FmaProbe
+
+    p = FmaProbe(iters=2000, wait_budget_s=0.05)
+    assert not p.exhausted
+    t = time.perf_counter()
+    assert not p.wait_fast(1e9, max_wait_s=10.0, step_s=0.01)  # an unreachable floor: the budget, not 10 s
+    assert time.perf_counter() - t < 1.0 and p.exhausted and p.waited_s >= 0.05
+    n = p.samples
+    assert not p.wait_fast(1e9) and p.samples == n + 1  # spent: one probe, no waiting
+    stats: dict = {}
+    time_interleaved({"a": lambda: None}, repeat=2, budget_s=1e-9, probe=p, floor_gflops=1e9, stats=stats)
+    assert stats["slots"] == 2 and "retried_slots" not in stats  # slow, but no longer timed again
+
+
 def test_slots_in_a_slow_state_are_timed_again():
     from chain_fuser.bench import PROBE_RETRIES, time_interleaved
 
     class Flaky:  # slow after every second slot
         samples = slow = 0
         last = 200.0
+        exhausted = False
 
         def __init__(self):
             self.after = 0
