@@ -33,13 +33,12 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
     from shared_ir import atomic_write_text
     from shared_ir.hostinfo import num_cores
 
-    from .bench import geomean, malloc_steady_state, time_interleaved, torch_eager
+    from .bench import geomean, time_interleaved, torch_eager
     from .kernel import build_kernel, random_inputs, tune
     from .peak import fma_peak_gflops
     from .planner import predict_fusion_gain
 
     torch.set_num_threads(num_cores())
-    malloc_steady_state()
     dev = _device_or_none(hardware)
     peak = fma_peak_gflops()
     if cfg.shapes:

@@ -158,8 +158,8 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     for enc in encs:
         batches[f"fsm_{enc}"] = fsm_counts[enc]
     batches["fsm"] = batches[f"fsm_{best_enc}"]
-    # (fsm's last_search is from its schedule of g0 just above) the FSM's schedule is its table's (+ fallback) or, when that is above the type-wise bound, the search step's
-    # if shorter: both counts side by side
+    # from fsm's schedule of g0 above: its table's (+ fallback), or the search step's when that is shorter and the
+    # table's is above the type-wise bound; both counts side by side
     batches["fsm_search"] = fsm.last_search
     batches["fsm_table_only"] = fsm.last_search["table"] if fsm.last_search else batches["fsm"]
     batches["fsm_over_lower_bound"] = round(batches["fsm"] / lb, 3)
