@@ -180,6 +180,15 @@ def _block_rows(extent: int, mr: int, nr: int, lanes: int) -> int:
     return best if 2 * best >= mr else mr
 
 
+def _pack_per_thread(ks: ConvKernelShape, T: dict) -> int:
+    """The thread count when each thread should pad its rows of the input and pack both weights for itself, else 0:
+    as for GEMM chains (``codegen._pack_per_thread``), a shared packing loop splits the weights between the cores
+    and every core then reads all of them, half from the other core's cache."""
+    from .codegen import private_packing_threads
+
+    return private_packing_threads(ks.N, ks.N * -(-ks.H // T["p"]) * -(-ks.Wp // T["q"]))
+
+
 def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
     from tvm import s_tir, te
 
@@ -187,7 +196,10 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
     sch = s_tir.Schedule(te.create_prim_func(args))
     mr, nr, lanes = plan.micro.mr, plan.micro.nr, plan.micro.vector_lanes
     T = _tiles(spec, plan, ks)
+    threads = _pack_per_thread(ks, T) if fused else 0
     for name in ("W1p", "W2p"):
+        if threads:
+            continue  # packed by each thread for itself, inside its parallel unit (below)
         blk = sch.get_sblock(name)
         loops = sch.get_loops(blk)
         sch.parallel(loops[0])
@@ -195,8 +207,9 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
             _, v = sch.split(loops[-1], [None, lanes])
             sch.vectorize(v)
     ip = sch.get_sblock("Ip")
-    loops = sch.get_loops(ip)
-    sch.parallel(sch.fuse(loops[0], loops[1]))
+    if not threads:
+        loops = sch.get_loops(ip)
+        sch.parallel(sch.fuse(loops[0], loops[1]))
     out = sch.get_sblock("O")
     o2 = sch.get_sblock("O2")
     u = sch.get_sblock("U")
@@ -208,7 +221,11 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
         xo, xi = sch.split(x, [None, T["q"]])
         sch.reorder(n, yo, xo, k, yi, xi)
         par = sch.fuse(n, yo, xo)
-        sch.parallel(par)
+        if threads:
+            thread, par = sch.split(par, [threads, None])
+            sch.parallel(thread)
+        else:
+            sch.parallel(par)
         if ks.W == ks.Wp and T["q"] % lanes == 0:
             _, v = sch.split(xi, [None, lanes])
             sch.vectorize(v)
@@ -223,6 +240,14 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
         sch.compute_at(t, par, preserve_unit_loops=True)
         ko = _conv_micro(sch, t, mr, nr, lanes, 1)
         sch.decompose_reduction(t, ko)
+        if threads:
+            # each thread: its rows of the padded input (with the halo), then both convs' packed weights
+            for name in ("W1p", "W2p", "Ip"):
+                blk = sch.get_sblock(name)
+                sch.compute_at(blk, thread, preserve_unit_loops=True)
+                if name != "Ip" and nr % lanes == 0:
+                    _, v = sch.split(sch.get_loops(blk)[-1], [None, lanes])
+                    sch.vectorize(v)
         return sch.mod
     # unfused: each stage at root, parallel over (n, output-channel panels), same micro kernel
     for blk in (t, o2):

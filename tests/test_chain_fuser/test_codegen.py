@@ -135,3 +135,58 @@ def test_online_softmax_attention_with_l_tiled(spec):
 
 def test_mlp_spec_with_transposed_weights_and_biases():
     check(GemmChain(1, 37, 20, 12, 45, glue="relu", bt=True, dt=True, bias1=True, bias2=True))
+
+
+@pytest.mark.parametrize("spec", [GemmChain(1, 64, 32, 24, 96), GemmChain(1, 48, 20, 16, 45, glue="relu", bias1=True),
+                                  GemmChain(3, 32, 16, 8, 40, glue="gelu")])
+def test_single_batch_chains_pack_per_thread(spec, monkeypatch):
+    """With fewer batches than threads (or a remainder), each thread packs B and D for itself inside its parallel
+    unit; the kernel stays equal to PyTorch. Whole batches per thread keep the shared packing loop."""
+    from chain_fuser.codegen import _pack_per_thread, _tiles, kernel_shape
+    from chain_fuser.kernel import _schedule
+
+    import shared_ir.hostinfo
+
+    monkeypatch.setattr(shared_ir.hostinfo, "num_cores", lambda: 2)
+    plan = plan_chain(spec, top_k=1)[0]
+    ks = kernel_shape(spec, plan.micro)
+    order, T = _tiles(spec, plan, ks)
+    threads = _pack_per_thread(spec, ks, order, T, True)
+    units = ks.batch * -(-ks.Mp // T["m"])
+    m_leads = [d for d in order if d in "mnl"][0] == "m"
+    assert threads == (2 if m_leads and units % 2 == 0 else 0)
+    assert _pack_per_thread(spec, ks, order, T, False) == 0  # the unfused variant keeps its own loops
+    text = _schedule(spec, plan, True).script()
+    if threads:
+        assert "T.parallel(2)" in text
+    check(spec)
+    if threads:  # the same chain with two batches: one per thread, no per-thread copy needed
+        from dataclasses import replace
+
+        two = replace(spec, batch=2)
+        assert _pack_per_thread(two, kernel_shape(two, plan.micro), order, T, True) == 0
+
+
+def test_single_image_conv_chain_packs_per_thread(monkeypatch):
+    """One image, an even number of spatial tiles: each thread pads its rows of the input and packs both weights
+    inside its parallel unit; the result equals PyTorch's. Two images (one per thread) keep the shared loops."""
+    from chain_fuser.conv import _pack_per_thread, _tiles, conv_kernel_shape
+    from chain_fuser.kernel import _schedule
+
+    import shared_ir.hostinfo
+
+    monkeypatch.setattr(shared_ir.hostinfo, "num_cores", lambda: 2)
+    spec = ConvChain(1, 8, 12, 10, 16, 3, 3, 12, 3, 3, glue="relu", bias1=True)
+    plan = plan_chain(spec, top_k=1)[0]
+    ks = conv_kernel_shape(spec, plan)
+    T = dict(_tiles(spec, plan, ks), p=6)  # two row tiles
+    monkeypatch.setattr("chain_fuser.conv._tiles", lambda *a: T)
+    assert _pack_per_thread(ks, T) == 2
+    assert "T.parallel(2)" in _schedule(spec, plan, True).script()
+    k = build_kernel(spec, plan, True, use_cache=False)
+    ins = random_inputs(spec, seed=1)
+    torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=2e-4, atol=2e-4)
+    from dataclasses import replace
+
+    two = replace(spec, N=2)
+    assert _pack_per_thread(conv_kernel_shape(two, plan), T) == 0
