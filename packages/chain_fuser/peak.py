@@ -183,3 +183,101 @@ class FmaProbe:
             return True
         finally:
             self.waited_s += time.perf_counter() - t0
+
+
+def _core_rates(core: int, seconds: float, iters: int, calls: int, conn) -> None:
+    """Child process: pinned to ``core``, one thread, FMA-loop rates (GFLOP/s) of ``calls`` calls at a time, each
+    stamped with the wall clock (shared between the cores' processes)."""
+    import os
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {core})
+    os.environ["TVM_NUM_THREADS"] = "1"  # before TVM starts its pool
+    from .hw import vector_lanes
+    from .kernel import import_tvm
+
+    mod, out, flops = _fma_loop(import_tvm(), vector_lanes(), 24, iters, 1)
+    f = mod["main"]
+    f(out)
+    conn.send("ready")
+    conn.recv()  # all cores start together
+    res, end = [], time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t = time.perf_counter()
+        for _ in range(calls):
+            f(out)
+        res.append((time.time(), flops * calls / (time.perf_counter() - t) / 1e9))
+    conn.send(res)
+
+
+def per_core_slow_windows(seconds: float = 20.0, window_s: float = 0.01, slow_fraction: float = 0.85,
+                          iters: int = 2000, calls: int = 40) -> dict:
+    """Whether the machine's slow stretches hit one core at a time or all together: every core runs a one-thread FMA
+    loop in its own pinned process for ``seconds``; the wall clock is cut into ``window_s`` windows, and a window is
+    slow on a core when that core's slowest sample in it ran below ``slow_fraction`` of its median.
+
+    Why it matters: a parallel kernel split statically between the cores (TVM's parallel loops, OpenBLAS's and MKL's
+    threads) waits for its slowest core, so slow windows that hit one core at a time slow every parallel kernel by
+    the slow core's share, and how much each row pays depends on when its slots ran."""
+    import multiprocessing as mp
+    import statistics
+
+    from shared_ir.hostinfo import cpu_ids
+
+    cores = sorted(cpu_ids())
+    ctx = mp.get_context("spawn")  # a fresh interpreter per core: TVM's pool is created after the pinning
+    pipes, procs = [], []
+    for c in cores:
+        a, b = ctx.Pipe()
+        p = ctx.Process(target=_core_rates, args=(c, seconds, iters, calls, b), daemon=True)
+        p.start()
+        pipes.append(a)
+        procs.append(p)
+    for a in pipes:
+        a.recv()
+    for a in pipes:
+        a.send("go")
+    samples = [a.recv() for a in pipes]
+    for p in procs:
+        p.join()
+    t0 = min(s[0][0] for s in samples if s)
+    slow: dict[int, set[int]] = {}
+    windows: set[int] | None = None
+    per_core = {}
+    for c, s in zip(cores, samples):
+        med = statistics.median(r for _, r in s)
+        worst: dict[int, float] = {}
+        for t, r in s:
+            w = int((t - t0) / window_s)
+            worst[w] = min(worst.get(w, r), r)
+        slow[c] = {w for w, r in worst.items() if r < slow_fraction * med}
+        windows = set(worst) if windows is None else windows & set(worst)
+        per_core[str(c)] = {"median_gflops": med, "samples": len(s)}
+    windows = windows or set()
+    for c in cores:
+        per_core[str(c)]["slow_windows"] = len(slow[c] & windows)
+    all_slow = set.intersection(*(slow[c] & windows for c in cores)) if cores else set()
+    any_slow = set.union(*(slow[c] & windows for c in cores)) if cores else set()
+    return {"seconds": seconds, "window_s": window_s, "slow_fraction": slow_fraction, "windows": len(windows),
+            "cores": per_core, "windows_some_core_slow": len(any_slow), "windows_all_cores_slow": len(all_slow)}
+
+
+def main(argv=None) -> int:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m chain_fuser.peak", description="The machine's FMA peak, measured.")
+    ap.add_argument("--refresh", action="store_true", help="measure again (the cached best is kept if higher)")
+    ap.add_argument("--per-core", type=float, metavar="SECONDS", default=None,
+                    help="instead: one FMA loop per core for SECONDS; how often each core, and all at once, ran slow")
+    a = ap.parse_args(argv)
+    if a.per_core:
+        print(json.dumps(per_core_slow_windows(a.per_core), indent=1))
+    else:
+        print(json.dumps(measure_fma_peak(save=True) if a.refresh else {"gflops": fma_peak_gflops()}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main())

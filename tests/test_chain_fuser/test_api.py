@@ -164,6 +164,24 @@ def test_fma_peak_is_measured():
     assert r["cpu"]
 
 
+def test_per_core_slow_windows_counts_each_core(capsys):
+    """``python -m chain_fuser.peak --per-core S``: one pinned FMA loop per core, slow windows per core and together."""
+    import json
+
+    from chain_fuser import peak
+
+    from shared_ir.hostinfo import cpu_ids
+
+    assert peak.main(["--per-core", "0.5"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert set(r["cores"]) == {str(c) for c in cpu_ids()} and r["window_s"] == 0.01
+    assert 30 <= r["windows"] <= 51  # 0.5 s cut into 10 ms windows that every core sampled
+    for c in r["cores"].values():
+        assert c["median_gflops"] > 1.0 and c["samples"] > 0 and 0 <= c["slow_windows"] <= r["windows"]
+    per_core = [c["slow_windows"] for c in r["cores"].values()]
+    assert r["windows_all_cores_slow"] <= min(per_core) <= max(per_core) <= r["windows_some_core_slow"] <= r["windows"]
+
+
 class MLP(torch.nn.Module):
     def __init__(self, approximate="none"):
         super().__init__()
