@@ -153,8 +153,6 @@ def test_slots_in_a_slow_state_are_timed_again():
 
 
 def test_every_slot_is_warmed_up_for_a_while_before_it_is_timed(monkeypatch):
-    import time
-
     from chain_fuser import bench
 
     calls = []
