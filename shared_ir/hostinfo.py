@@ -46,12 +46,18 @@ def _lscpu() -> dict[str, str]:
     return {k.strip(): v.strip() for k, _, v in (ln.partition(":") for ln in out.splitlines()) if v}
 
 
-def cpu_ids() -> list[int]:
-    """CPUs this process may run on (respects taskset/cgroup affinity)."""
+@functools.lru_cache(maxsize=1)
+def cpu_ids() -> tuple[int, ...]:
+    """CPUs this process may run on (respects taskset/cgroup affinity), as first asked.
+
+    Cached because ``sched_getaffinity(0)`` is the *calling thread's* mask: a benchmark that pins its calling
+    thread to one core (its parallel regions still run on all of them) would otherwise see one core from then on,
+    and every kernel built after that would be generated for one thread. A process that changes its own CPU set
+    on purpose calls ``cpu_ids.cache_clear()``."""
     try:
-        return sorted(os.sched_getaffinity(0))
+        return tuple(sorted(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # pragma: no cover - non-Linux
-        return list(range(os.cpu_count() or 1))
+        return tuple(range(os.cpu_count() or 1))
 
 
 def num_cores() -> int:

@@ -172,6 +172,29 @@ def test_host_detection():
     assert load_hardware(dump_hardware(s)) == s
 
 
+def test_core_count_survives_pinning_the_calling_thread():
+    """A benchmark pins its calling thread to one core; the process still runs its parallel regions on all of them,
+    so the core count (and every kernel generated for it) must not drop to one."""
+    import threading
+
+    from shared_ir import hostinfo
+
+    if not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs Linux and at least 2 usable CPUs")
+    before = hostinfo.num_cores()
+    seen = {}
+
+    def pinned():  # a thread of its own: pinning it leaves the test process's other threads alone
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+        seen["mask"] = len(os.sched_getaffinity(0))
+        seen["cores"] = hostinfo.num_cores()
+
+    t = threading.Thread(target=pinned)
+    t.start()
+    t.join()
+    assert seen["mask"] == 1 and seen["cores"] == before >= 2
+
+
 def test_host_detect_overrides_and_errors():
     s = load_hardware({"name": "h", "host": {"detect": True, "name": "me", "compute": {"peak_flops": 1.5e12}}})
     assert s.host.name == "me" and s.host.peak_flops == 1.5e12 and s.host.compute.cores >= 1
