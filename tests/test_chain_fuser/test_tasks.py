@@ -57,6 +57,10 @@ def test_bench_smoke(tmp_path):
     # CPU-time figures next to the wall-clock ones, and the load the run saw
     assert res["shapes"][0]["cpu_ms"]["ours"] > 0 and "openblas" in res["shapes"][0]["speedup_cpu"]
     assert len(data["load_avg_start"]) == 3 and data["reference_peak_fraction_cpu"] > 0
+    for row in res["shapes"]:  # a pick that is the unfused kernel itself is timed once, not against itself
+        assert row["tvm_unfused_is_ours"] == (not row["chosen_fused"])
+        if row["tvm_unfused_is_ours"]:
+            assert row["ms"]["tvm_unfused"] == row["ms"]["ours"]
 
 
 def test_metaschedule_baseline_skips_what_it_does_not_cover():
