@@ -180,13 +180,14 @@ def _block_rows(extent: int, mr: int, nr: int, lanes: int) -> int:
     return best if 2 * best >= mr else mr
 
 
-def _pack_per_thread(ks: ConvKernelShape, T: dict) -> int:
+def _pack_per_thread(ks: ConvKernelShape, T: dict, spec: ConvChain) -> int:
     """The thread count when each thread should pad its rows of the input and pack both weights for itself, else 0:
     as for GEMM chains (``codegen._pack_per_thread``), a shared packing loop splits the weights between the cores
     and every core then reads all of them, half from the other core's cache."""
     from .codegen import private_packing_threads
 
-    return private_packing_threads(ks.N, ks.N * -(-ks.H // T["p"]) * -(-ks.Wp // T["q"]))
+    packed_bytes = 4 * (ks.K1p * ks.C * spec.R1 * spec.S1 + ks.K2p * ks.K1p * spec.R2 * spec.S2)  # both weights
+    return private_packing_threads(ks.N, ks.N * -(-ks.H // T["p"]) * -(-ks.Wp // T["q"]), packed_bytes)
 
 
 def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
@@ -196,7 +197,7 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
     sch = s_tir.Schedule(te.create_prim_func(args))
     mr, nr, lanes = plan.micro.mr, plan.micro.nr, plan.micro.vector_lanes
     T = _tiles(spec, plan, ks)
-    threads = _pack_per_thread(ks, T) if fused else 0
+    threads = _pack_per_thread(ks, T, spec) if fused else 0
     for name in ("W1p", "W2p"):
         if threads:
             continue  # packed by each thread for itself, inside its parallel unit (below)

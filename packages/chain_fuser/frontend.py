@@ -158,13 +158,53 @@ def _near_chains(g, in_chain: set[str]) -> list[tuple[list[str], str]]:
     return out
 
 
+EAGER_MARGIN = 0.03
+"""A tuned fused kernel measured more than this much slower than eager PyTorch on the same chain is not used."""
+
+
+def measure_vs_eager(spec, kernel, use_cache: bool = True, repeat: int = 7) -> tuple[float, float]:
+    """(fused ms, eager ms) of one chain on random inputs of its shape: interleaved repeats, each after untimed
+    calls of the same variant, medians. Cached on disk with the tuning (a second compile measures nothing)."""
+    import statistics
+    import time
+
+    from . import cache
+    from .kernel import _CODEGEN_VERSION, plan_signature, random_inputs, reference
+
+    key = cache.entry_key("vs_eager", spec.key, plan_signature(kernel.plan), kernel.fused,
+                          cache.hardware_key(), _CODEGEN_VERSION)
+    saved = cache.load_json(key) if use_cache else None
+    if saved is not None:
+        return saved["fused_ms"], saved["eager_ms"]
+    ins = random_inputs(spec)
+    variants = {"fused": lambda: kernel(*ins), "eager": lambda: reference(spec, *ins)}
+    t = time.perf_counter()
+    for f in variants.values():
+        f()
+    number = max(1, min(20, int(0.02 / max((time.perf_counter() - t) / 2, 1e-6))))
+    runs: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(repeat):
+        for k, f in variants.items():
+            f()  # untimed: the other library's threads hand the cores over
+            t = time.perf_counter()
+            for _ in range(number):
+                f()
+            runs[k].append((time.perf_counter() - t) / number * 1e3)
+    fused_ms, eager_ms = (statistics.median(runs[k]) for k in ("fused", "eager"))
+    if use_cache:
+        cache.save_json(key, {"spec": spec.key, "fused_ms": fused_ms, "eager_ms": eager_ms})
+    return fused_ms, eager_ms
+
+
 def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, device: Any = None,
-            use_cache: bool = True, verbose: bool = False, name: str | None = None) -> CompiledModule:
+            use_cache: bool = True, verbose: bool = False, name: str | None = None,
+            keep_faster_eager: bool = True) -> CompiledModule:
     """Trace, fuse what the templates cover (GEMM→GEMM, attention, conv→conv), return a callable.
 
     ``tune=True`` times the model's top ``top_k`` plans and keeps the fastest (cached on disk); ``tune=False``
-    builds the model's first choice. Chains left unfused are listed in the result's ``decisions`` with the reason
-    (and warned about)."""
+    builds the model's first choice. With ``tune`` and ``keep_faster_eager``, a chain whose best kernel measures
+    more than ``EAGER_MARGIN`` slower than eager PyTorch on the same chain stays eager (the decision gives both
+    times). Chains left unfused are listed in the result's ``decisions`` with the reason (and warned about)."""
     import torch
     import torch.fx as fx
 
@@ -211,6 +251,12 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
                 kernel, rep = tune_fn(spec, top_k=top_k, device=device, use_cache=use_cache)
             else:
                 kernel, rep = build_kernel(spec, plan_chain(spec, device, top_k=1)[0], True, use_cache), None
+            if tune and keep_faster_eager:
+                fused_ms, eager_ms = measure_vs_eager(spec, kernel, use_cache)
+                if fused_ms > eager_ms * (1 + EAGER_MARGIN):
+                    decisions.append(ChainDecision(ch.names, False, f"kept eager: the fused kernel took {fused_ms:.3f} "
+                                                   f"ms, eager PyTorch {eager_ms:.3f} ms", spec, kernel, rep))
+                    continue
             _rewrite(gm, ch, spec, kernel, nodes, src)
             decisions.append(ChainDecision(ch.names, True, f"{kernel.plan.micro.name}, order "
                                            f"{','.join(kernel.plan.fused.order)}", spec, kernel, rep))

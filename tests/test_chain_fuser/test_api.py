@@ -223,3 +223,59 @@ def test_odd_m_scratch_padding_is_reused_safely():
     for seed in (1, 2):
         ins = random_inputs(spec, seed=seed)
         torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-4)
+
+
+def test_compile_keeps_eager_when_the_fused_kernel_is_slower(tmp_path, monkeypatch):
+    """A tuned kernel measured slower than eager PyTorch on its chain is not used; the decision gives both times."""
+    import chain_fuser.frontend as fe
+
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+
+    def f(a, b, d):
+        return torch.relu(a @ b) @ d
+
+    a, b, d = torch.randn(1, 24, 16), torch.randn(1, 16, 32), torch.randn(1, 32, 8)
+    monkeypatch.setattr(fe, "measure_vs_eager", lambda spec, kernel, use_cache=True: (2.0, 1.0))
+    with pytest.warns(UserWarning, match="kept eager: the fused kernel took 2.000 ms, eager PyTorch 1.000 ms"):
+        c = chain_fuser.compile(f, (a, b, d), top_k=1)
+    assert not c.fused and c.unfused[0].kernel is not None
+    torch.testing.assert_close(c(a, b, d), f(a, b, d))
+    monkeypatch.setattr(fe, "measure_vs_eager", lambda spec, kernel, use_cache=True: (1.0, 2.0))
+    c = chain_fuser.compile(f, (a, b, d), top_k=1)
+    assert len(c.fused) == 1
+    torch.testing.assert_close(c(a, b, d), f(a, b, d), rtol=1e-4, atol=1e-5)
+
+
+def test_measure_vs_eager_times_both_and_caches(tmp_path, monkeypatch):
+    from chain_fuser.frontend import measure_vs_eager
+    from chain_fuser.kernel import build_kernel
+    from chain_fuser.planner import plan_chain
+
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    spec = GemmChain(1, 24, 8, 16, 32, glue="gelu", bias1=True, bias2=True, bt=True, dt=True)
+    k = build_kernel(spec, plan_chain(spec, top_k=1)[0])
+    fused_ms, eager_ms = measure_vs_eager(spec, k, repeat=2)
+    assert fused_ms > 0 and eager_ms > 0
+    assert measure_vs_eager(spec, k, repeat=2) == (fused_ms, eager_ms)  # the second call reads the cache
+
+
+def test_gelu_erf_is_vectorisable_arithmetic():
+    """GELU's erf is a rational approximation (no scalar libm call per element), within 5e-7 of torch.erf."""
+    import numpy as np
+    from chain_fuser.codegen import erf_rational
+    from chain_fuser.kernel import _schedule, import_tvm
+    from chain_fuser.planner import plan_chain
+
+    tvm = import_tvm()
+    from tvm import te
+
+    n = 4096
+    x = te.placeholder((n,), "float32", name="x")
+    y = te.compute((n,), lambda i: erf_rational(x[i]), name="y")
+    mod = tvm.build(te.create_prim_func([x, y]), target="llvm")
+    xs = np.linspace(-6, 6, n).astype("float32")
+    out = tvm.runtime.tensor(np.zeros(n, "float32"))
+    mod(tvm.runtime.tensor(xs), out)
+    assert np.abs(out.numpy() - torch.erf(torch.from_numpy(xs)).numpy()).max() < 5e-7
+    spec = GemmChain(1, 24, 8, 16, 32, glue="gelu")
+    assert "erf" not in _schedule(spec, plan_chain(spec, top_k=1)[0], True).script()

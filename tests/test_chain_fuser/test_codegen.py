@@ -181,7 +181,7 @@ def test_single_image_conv_chain_packs_per_thread(monkeypatch):
     ks = conv_kernel_shape(spec, plan)
     T = dict(_tiles(spec, plan, ks), p=6)  # two row tiles
     monkeypatch.setattr("chain_fuser.conv._tiles", lambda *a: T)
-    assert _pack_per_thread(ks, T) == 2
+    assert _pack_per_thread(ks, T, spec) == 2
     assert "T.parallel(2)" in _schedule(spec, plan, True).script()
     k = build_kernel(spec, plan, True, use_cache=False)
     ins = random_inputs(spec, seed=1)
@@ -189,4 +189,4 @@ def test_single_image_conv_chain_packs_per_thread(monkeypatch):
     from dataclasses import replace
 
     two = replace(spec, N=2)
-    assert _pack_per_thread(conv_kernel_shape(two, plan), T) == 0
+    assert _pack_per_thread(conv_kernel_shape(two, plan), T, two) == 0
