@@ -60,6 +60,9 @@ lint: setup ## ruff check
 bench-%: setup ## run package %'s benchmark (SCALE=small|full) -> results/bench-%.json
 	$(PY) -m $*.bench $(if $(SCALE),--scale $(SCALE))
 
+bench-chain_fuser-compile: setup ## chain_fuser.compile on model blocks vs eager PyTorch -> results/bench-chain_fuser-compile.json
+	$(PY) -m chain_fuser.bench_compile
+
 reproduce-%: setup ## run every experiments/conf/experiment/%/*.yaml -> results/reproduce-%/<exp>/
 	@shopt -s nullglob; files=(experiments/conf/experiment/$*/*.yaml); \
 	if [ $${#files[@]} -eq 0 ]; then echo "error: no experiment configs in experiments/conf/experiment/$*/" >&2; exit 1; fi; \

@@ -294,39 +294,93 @@ for line in sys.stdin:
 """
 
 
-class OpenBLASServer:
-    """numpy in a child process started without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` (set in its environment
-    before numpy is imported), driven over a pipe so that its timings interleave with the other variants'."""
+# --- PyTorch in its own process ------------------------------------------------------------------------------------
+_TORCH_SERVER = r"""
+import json, os, sys, threading, time
+sys.path[:0] = json.loads(sys.argv[3])
+import torch
+torch.set_num_threads(int(sys.argv[1]))
+from chain_fuser.bench import malloc_steady_state, torch_eager, torch_sdpa
+from chain_fuser.kernel import random_inputs
+from chain_fuser.spec import ConvChain, GemmChain
+malloc_steady_state()
+placement = None
+if sys.argv[2] == "pin" and hasattr(os, "sched_setaffinity"):
+    # the parent's placement: this thread on one core, torch's OpenMP workers (started by a first call) on the others
+    torch.mm(torch.ones(256, 256), torch.ones(256, 256))
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) > 1:
+        me = str(threading.get_native_id())
+        os.sched_setaffinity(0, {cores[0]})
+        placement = {"caller_core": cores[0], "other_threads": {}}
+        for i, tid in enumerate(sorted(t for t in os.listdir("/proc/self/task") if t != me)):
+            try:
+                os.sched_setaffinity(int(tid), {cores[1 + i % (len(cores) - 1)]})
+                placement["other_threads"][tid] = cores[1 + i % (len(cores) - 1)]
+            except OSError:
+                pass
+print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
+                  "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "placement": placement}), flush=True)
+fns = {}
+for line in sys.stdin:
+    j = json.loads(line)
+    if j["cmd"] == "setup":
+        spec = (GemmChain if j["kind"] == "gemm" else ConvChain)(**j["fields"])
+        ins = random_inputs(spec)
+        fns[j["name"]] = f = (torch_sdpa if j["variant"] == "sdpa" else torch_eager)(spec, ins)
+        f()
+        print(json.dumps({"ok": True}), flush=True)
+    elif j["cmd"] == "time":
+        f = fns[j["name"]]
+        end = time.perf_counter() + j.get("warm_s", 0.0)
+        f()
+        while time.perf_counter() < end:
+            f()
+        t, c = time.perf_counter(), time.process_time()
+        for _ in range(j["n"]):
+            f()
+        print(json.dumps({"ms": (time.perf_counter() - t) / j["n"] * 1e3,
+                          "cpu_ms": (time.process_time() - c) / j["n"] * 1e3}), flush=True)
+    elif j["cmd"] == "drop":
+        fns.pop(j["name"], None)
+        print(json.dumps({"ok": True}), flush=True)
+"""
 
-    def __init__(self, threads: int, pin: bool = False):
-        env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-        self.p = subprocess.Popen([sys.executable, "-c", _OPENBLAS_SERVER, str(threads)] + (["pin"] if pin else []),
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
-        hello = json.loads(self.p.stdout.readline())
-        info = hello["threadpool_info"]
-        self.placement = hello.get("placement")
-        ob = [x for x in info if x.get("internal_api") == "openblas"]
-        self.info = ({k: ob[0].get(k) for k in ("version", "architecture", "num_threads", "threading_layer")}
-                     if ob else None)
+
+def _child_sys_path() -> str:
+    """The ``sys.path`` entries (JSON) a child ``python -c`` script needs to import this repository's packages."""
+    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return json.dumps([pkg, os.path.dirname(pkg)])
+
+
+class _ChildServer:
+    """A baseline library in a child process of its own, driven over a pipe (one JSON line per command and per
+    answer) so that its timings interleave with the other variants'."""
+
+    what = "child"
+    settle_s = 0.25
+
+    def _start(self, args: list[str], env: dict) -> dict:
+        self.p = subprocess.Popen([sys.executable, "-c", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  text=True, env=env)
+        return json.loads(self.p.stdout.readline())
 
     def _ask(self, **msg) -> dict:
         self.p.stdin.write(json.dumps(msg) + "\n")
         self.p.stdin.flush()
         line = self.p.stdout.readline()
         if not line:
-            raise RuntimeError("the OpenBLAS benchmark process died")
+            raise RuntimeError(f"the {self.what} benchmark process died")
         return json.loads(line)
 
-    def variant(self, name: str, s: GemmChain) -> "SelfTimed":
-        self._ask(cmd="setup", name=name, b=s.batch, M=s.M, N=s.N, K=s.K, L=s.L, glue=s.glue, scale=s.scale)
+    def _variant(self, name: str, **setup) -> "SelfTimed":
+        self._ask(cmd="setup", name=name, **setup)
+
         def timed(n):
             r = self._ask(cmd="time", name=name, n=n, warm_s=WARM_S)
             return r["ms"], r.get("cpu_ms")
 
-        # OpenBLAS's pthreads spin-wait after a call (THREAD_TIMEOUT, 2^28 cycles ≈ 0.1 s by default) before they
-        # sleep: without the pause they take the cores from whichever variant is timed next (measured: ours ×5-10
-        # slower in the bench than alone)
-        return SelfTimed(timed, lambda: self._ask(cmd="drop", name=name), settle_s=0.25)
+        return SelfTimed(timed, lambda: self._ask(cmd="drop", name=name), settle_s=self.settle_s)
 
     def close(self) -> None:
         try:
@@ -334,6 +388,51 @@ class OpenBLASServer:
             self.p.wait(timeout=30)
         except Exception:  # noqa: BLE001 - best effort
             self.p.kill()
+
+
+class TorchServer(_ChildServer):
+    """PyTorch eager (and SDPA) in a child process with torch's own defaults (libgomp's wait policy: its workers
+    spin a while after each call). Why not in the benchmark's process: there torch's spinning workers took the
+    cores from the TVM kernel timed next, and with passive waiting (``OMP_WAIT_POLICY=PASSIVE``, this benchmark's
+    setting until round 8) torch itself ran slower: alone, 2 threads, Mixer-Small 0.38 vs 0.19 ms and ResNet-50
+    3x3-1x1 2.42 vs 1.90 ms."""
+
+    what = "PyTorch"
+    settle_s = 0.05  # libgomp's workers spin ~1 ms after a call, then sleep
+
+    def __init__(self, threads: int, pin: bool = False):
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+        self.info = self._start([_TORCH_SERVER, str(threads), "pin" if pin else "free", _child_sys_path()], env)
+
+    def variant(self, name: str, spec, which: str = "torch") -> "SelfTimed":
+        import dataclasses
+
+        fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
+        return self._variant(name, kind="gemm" if isinstance(spec, GemmChain) else "conv", fields=fields,
+                             variant=which)
+
+
+class OpenBLASServer(_ChildServer):
+    """numpy in a child process started without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` (set in its environment
+    before numpy is imported), driven over a pipe so that its timings interleave with the other variants'."""
+
+    what = "OpenBLAS"
+    # OpenBLAS's pthreads spin-wait after a call (THREAD_TIMEOUT, 2^28 cycles ≈ 0.1 s by default) before they
+    # sleep: without the pause they take the cores from whichever variant is timed next (measured: ours ×5-10
+    # slower in the bench than alone)
+    settle_s = 0.25
+
+    def __init__(self, threads: int, pin: bool = False):
+        env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
+        hello = self._start([_OPENBLAS_SERVER, str(threads)] + (["pin"] if pin else []), env)
+        info = hello["threadpool_info"]
+        self.placement = hello.get("placement")
+        ob = [x for x in info if x.get("internal_api") == "openblas"]
+        self.info = ({k: ob[0].get(k) for k in ("version", "architecture", "num_threads", "threading_layer")}
+                     if ob else None)
+
+    def variant(self, name: str, s: GemmChain) -> "SelfTimed":
+        return self._variant(name, b=s.batch, M=s.M, N=s.N, K=s.K, L=s.L, glue=s.glue, scale=s.scale)
 
 
 class SelfTimed:
@@ -431,8 +530,6 @@ def metaschedule_unfused(specs: list[GemmChain], trials: int, timeout_s: float =
     from .kernel import import_tvm
 
     tvm = import_tvm()
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    root = os.path.dirname(pkg)
     specs = [s for s in specs if not (s.bt or s.dt or s.glue != "none")]  # plain GEMM chains only
     if not specs:
         return {}, 0.0, "skipped: MetaSchedule baseline covers plain GEMM chains only"
@@ -441,7 +538,7 @@ def metaschedule_unfused(specs: list[GemmChain], trials: int, timeout_s: float =
         # its own session: on timeout the whole group (MetaSchedule's builder/runner workers too) is ended
         p = subprocess.Popen([sys.executable, "-c", _MS_SCRIPT,
                               json.dumps([[s.batch, s.M, s.N, s.K, s.L] for s in specs]), str(trials), d,
-                              json.dumps([pkg, root]), str(per_iter), strategy], stdout=subprocess.PIPE,
+                              _child_sys_path(), str(per_iter), strategy], stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
             out, err = p.communicate(timeout=timeout_s)
@@ -465,7 +562,9 @@ def metaschedule_unfused(specs: list[GemmChain], trials: int, timeout_s: float =
 # --- the run --------------------------------------------------------------------------------------------------------
 def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
         only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
-        ms_config: dict | None = None, pin: bool = True, probe: bool = True) -> dict:
+        ms_config: dict | None = None, pin: bool = True, probe: bool = True, torch_process: bool = True) -> dict:
+    """``torch_process``: PyTorch's variants run in a child process of their own (``TorchServer``); False times
+    them in this process, as before round 8."""
     import torch
 
     from shared_ir import atomic_write_text
@@ -511,6 +610,9 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     if only:
         items = [it for it in items if it["name"] in only or it["suite"] in only]
     server = OpenBLASServer(threads, pin=pin) if openblas else None
+    torch_server = TorchServer(threads, pin=pin) if torch_process else None
+    if torch_server is not None:
+        log(f"PyTorch (own process, its default thread wait policy): {torch_server.info}")
     if server is not None:
         log(f"OpenBLAS (own process, pinning variables unset): {server.info}")
     ms_cfg = ms_config or METASCHEDULE[scale]
@@ -541,9 +643,12 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         ref = reference(spec, *ins)
         got = kernel(*ins)
         err = float((got - ref).abs().max() / (ref.abs().max() + 1e-6))
-        variants: dict[str, Callable[[], Any]] = {"ours": lambda k=kernel: k(*ins), "torch": torch_eager(spec, ins)}
+        variants: dict[str, Callable[[], Any]] = {
+            "ours": lambda k=kernel: k(*ins),
+            "torch": torch_server.variant(name, spec) if torch_server else torch_eager(spec, ins)}
         if isinstance(spec, GemmChain) and spec.glue == "softmax":
-            variants["sdpa"] = torch_sdpa(spec, ins)
+            variants["sdpa"] = torch_server.variant(name + "/sdpa", spec, "sdpa") if torch_server else \
+                torch_sdpa(spec, ins)
         if not kernel.fused and rep.best_fused_kernel is not None:
             # the measured pick kept the unfused kernel: the best fused one is timed too, so that the fused-vs-
             # unfused ratio stays the measured one (not 1.0 after the pick)
@@ -566,8 +671,9 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         probe_stats: dict = {}
         ms_ = time_interleaved(variants, repeat, budget, cpu_out=cpu_ms, probe=fma_probe, floor_gflops=floor,
                                stats=probe_stats)
-        if "openblas" in variants:
-            variants["openblas"].done()
+        for v in variants.values():
+            if isinstance(v, SelfTimed):  # the child processes drop the row's inputs
+                v.done()
         same_as_ours = not kernel.fused and "tvm_unfused" not in variants and rep.unfused_kernel is kernel
         if same_as_ours:  # one kernel timed twice read ×0.94-1.06 against itself: the noise, not a difference
             ms_["tvm_unfused"] = ms_["ours"]
@@ -706,8 +812,9 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     result["cpu_time_note"] = ("*_cpu keys: the same runs measured in CPU time (all threads of the process, spin-waits "
                                "included; OpenBLAS's in its own process): robust to the other processes on a shared "
                                "machine; peak_fraction_cpu = GFLOP per CPU-second / (FMA peak / threads)")
-    if server is not None:
-        server.close()
+    for srv in (server, torch_server):
+        if srv is not None:
+            srv.close()
     if pinning and allowed:  # the placement back (TVM's pool, configured pinned, stays so in this process)
         for tid in [0, *pinning["other_threads"]]:
             try:
@@ -810,13 +917,15 @@ def main(argv=None) -> int:
     ap.add_argument("--no-openblas", action="store_true")
     ap.add_argument("--no-pin", action="store_true",
                     help="leave the calling thread and TVM's worker unpinned (the library's default placement)")
+    ap.add_argument("--torch-in-process", action="store_true",
+                    help="time PyTorch in this process (default: in a child process with torch's own settings)")
     ap.add_argument("--no-probe", action="store_true",
                     help="time slots whatever the machine's state (no FMA probe around them)")
     a = ap.parse_args(argv)
-    # torch's OpenMP threads spin after each torch call (libgomp's default wait policy); interleaved with TVM's
-    # kernels they then take the cores from TVM's threads (measured: our kernels 2-5x slower right after a torch
-    # variant). Passive waiting, set before torch loads, in this benchmark process only.
-    if "torch" not in sys.modules:
+    # this process's torch only makes inputs and references (the timed torch variants run in TorchServer's child,
+    # with torch's defaults): its OpenMP workers wait passively, so that they never spin on the cores a TVM kernel
+    # needs (measured: our kernels 2-5x slower right after a spinning torch call). Set before torch loads.
+    if "torch" not in sys.modules and not a.torch_in_process:
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     ms = dict(METASCHEDULE[a.scale])
     if a.ms_trials:
@@ -830,7 +939,7 @@ def main(argv=None) -> int:
     if a.ms_shapes is not None:
         ms["shapes"] = a.ms_shapes
     run(a.scale, a.top_k, a.repeat, a.out, a.only, not a.no_metaschedule, not a.no_openblas, ms_config=ms,
-        pin=not a.no_pin, probe=not a.no_probe)
+        pin=not a.no_pin, probe=not a.no_probe, torch_process=not a.torch_in_process)
     return 0
 
 

@@ -163,37 +163,27 @@ EAGER_MARGIN = 0.03
 
 
 def measure_vs_eager(spec, kernel, use_cache: bool = True, repeat: int = 7) -> tuple[float, float]:
-    """(fused ms, eager ms) of one chain on random inputs of its shape: interleaved repeats, each after untimed
-    calls of the same variant, medians. Cached on disk with the tuning (a second compile measures nothing)."""
-    import statistics
-    import time
+    """(fused ms, eager ms) of one chain on random inputs of its shape, timed as the benchmark times its variants
+    (``bench.time_interleaved``: interleaved repeats, each after untimed calls of the same variant, medians).
+    Cached on disk with the tuning (a second compile measures nothing).
 
+    Why the untimed calls: right after a torch call, torch's OpenMP workers spin on the cores (libgomp's default
+    wait policy) and a TVM kernel started then runs at a fraction of its speed; timed back to back, a Mixer-S token
+    MLP measured 3.99 ms fused against 0.58 ms eager, and 0.21 ms against 0.43 ms once each had the cores."""
     from . import cache
+    from .bench import time_interleaved
     from .kernel import _CODEGEN_VERSION, plan_signature, random_inputs, reference
 
-    key = cache.entry_key("vs_eager", spec.key, plan_signature(kernel.plan), kernel.fused,
+    key = cache.entry_key("vs_eager_warm", spec.key, plan_signature(kernel.plan), kernel.fused,
                           cache.hardware_key(), _CODEGEN_VERSION)
     saved = cache.load_json(key) if use_cache else None
     if saved is not None:
         return saved["fused_ms"], saved["eager_ms"]
     ins = random_inputs(spec)
-    variants = {"fused": lambda: kernel(*ins), "eager": lambda: reference(spec, *ins)}
-    t = time.perf_counter()
-    for f in variants.values():
-        f()
-    number = max(1, min(20, int(0.02 / max((time.perf_counter() - t) / 2, 1e-6))))
-    runs: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(repeat):
-        for k, f in variants.items():
-            f()  # untimed: the other library's threads hand the cores over
-            t = time.perf_counter()
-            for _ in range(number):
-                f()
-            runs[k].append((time.perf_counter() - t) / number * 1e3)
-    fused_ms, eager_ms = (statistics.median(runs[k]) for k in ("fused", "eager"))
+    ms = time_interleaved({"fused": lambda: kernel(*ins), "eager": lambda: reference(spec, *ins)}, repeat, 0.2)
     if use_cache:
-        cache.save_json(key, {"spec": spec.key, "fused_ms": fused_ms, "eager_ms": eager_ms})
-    return fused_ms, eager_ms
+        cache.save_json(key, {"spec": spec.key, "fused_ms": ms["fused"], "eager_ms": ms["eager"]})
+    return ms["fused"], ms["eager"]
 
 
 def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, device: Any = None,

@@ -174,3 +174,51 @@ def test_every_slot_is_warmed_up_for_a_while_before_it_is_timed(monkeypatch):
     bench.time_interleaved({"a": lambda: (warm.append(1), time.sleep(1e-4))}, repeat=2, budget_s=1e-9)
     # cold: 2 calibration slots + 2 timed slots, one warm-up call and one timed call each; warm: 10 ms of calls each
     assert len(cold) == 8 and len(warm) > 4 * len(cold)
+
+
+def test_bench_compile_writes_rows_and_csv(tmp_path, monkeypatch):
+    """The compile benchmark on one tiny block: eager and compiled timed, the chain's decision reported, JSON + CSV."""
+    import torch
+    from chain_fuser import bench_compile
+
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path / "cache"))
+
+    class MLP(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
+
+        def forward(self, x):
+            return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+    monkeypatch.setattr(bench_compile, "blocks", lambda: [{"name": "tiny MLP", "build": lambda: (MLP(),
+                                                                                             (torch.randn(24, 16),))}])
+    out = tmp_path / "bc.json"
+    res = bench_compile.run(str(out), repeat=1, budget_s=0.01, log=lambda *a: None)
+    row = res["rows"][0]
+    assert row["ms"]["eager"] > 0 and row["ms"]["compiled"] > 0 and row["max_rel_error"] < 1e-4
+    assert len(row["chains"]) == 1 and row["chains"][0]["reason"]  # fused, or kept eager with both times
+    assert json.loads(out.read_text())["rows"][0]["name"] == "tiny MLP"
+    assert (tmp_path / "bc.csv").read_text().splitlines()[1].startswith('"tiny MLP",')
+
+
+def test_torch_server_times_torch_in_its_own_process(monkeypatch):
+    """PyTorch's baseline runs in a child with torch's own wait policy, whatever this process set for its torch."""
+    from chain_fuser.bench import SelfTimed, TorchServer
+    from chain_fuser.spec import ConvChain, GemmChain
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    srv = TorchServer(1)
+    try:
+        assert srv.info["threads"] == 1 and srv.info["omp_wait_policy"] is None
+        for name, spec, which in [("g", GemmChain(2, 16, 8, 8, 24, glue="relu"), "torch"),
+                                  ("a", GemmChain(2, 16, 8, 8, 24, glue="softmax", scale=0.5, bt=True), "sdpa"),
+                                  ("c", ConvChain(1, 4, 8, 8, 8, 3, 3, 4, 1, 1, glue="relu"), "torch")]:
+            v = srv.variant(name, spec, which)
+            assert isinstance(v, SelfTimed)
+            ms, cpu_ms = v.timed(3)
+            assert ms > 0 and cpu_ms > 0
+            v.done()
+    finally:
+        srv.close()
+    assert srv.p.returncode == 0

@@ -1,0 +1,133 @@
+"""``chain_fuser.compile`` on model blocks built from their configs (no downloads): eager PyTorch against the compiled
+module, side by side in one process, interleaved, medians of repeats after warm-up, the same thread count.
+
+``python -m chain_fuser.bench_compile [--only NAMES] [--repeat N]`` (or ``make bench-chain_fuser-compile``) →
+``results/bench-chain_fuser-compile.json`` and ``.csv`` (written atomically) and a table. Each row says what compile
+decided for the block's chain: fused (with the kernel's plan) or kept eager because its tuned kernel measured
+slower than PyTorch (``frontend.measure_vs_eager``), so a compiled block should never be slower than eager beyond
+the machine's noise.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from typing import Any, Callable
+
+from .bench import time_interleaved
+
+
+def blocks() -> list[dict[str, Any]]:
+    """The blocks: name, a builder of (module, example inputs). Sizes are the models' own (ViT-S/B, BERT-base,
+    Mixer-S, ResNet-50), one image or sequence."""
+    import torch
+
+    class MLP(torch.nn.Module):
+        def __init__(self, d: int, h: int):
+            super().__init__()
+            self.fc1, self.fc2 = torch.nn.Linear(d, h), torch.nn.Linear(h, d)
+
+        def forward(self, x):
+            return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
+
+    class Attention(torch.nn.Module):
+        def __init__(self, scale: float):
+            super().__init__()
+            self.scale = scale
+
+        def forward(self, q, k, v):
+            return torch.softmax(q @ k.transpose(-1, -2) * self.scale, dim=-1) @ v
+
+    class ConvPair(torch.nn.Module):
+        def __init__(self, c: int, k1: int, k2: int, r2: int):
+            super().__init__()
+            self.c1 = torch.nn.Conv2d(c, k1, 3, padding=1)
+            self.c2 = torch.nn.Conv2d(k1, k2, r2, padding=r2 // 2)
+
+        def forward(self, x):
+            return self.c2(torch.relu(self.c1(x)))
+
+    def rnd(*s):
+        return torch.randn(*s, generator=torch.Generator().manual_seed(0))
+
+    return [
+        {"name": "ViT-S MLP (197 tokens, 384→1536→384)", "build": lambda: (MLP(384, 1536), (rnd(197, 384),))},
+        {"name": "BERT-base MLP (512 tokens, 768→3072→768)", "build": lambda: (MLP(768, 3072), (rnd(512, 768),))},
+        {"name": "Mixer-S token MLP (512 ch, 64→256→64)", "build": lambda: (MLP(64, 256), (rnd(512, 64),))},
+        {"name": "ViT-B attention (12 heads, 197 tokens)",
+         "build": lambda: (Attention(0.125), tuple(rnd(12, 197, 64) for _ in range(3)))},
+        {"name": "BERT-base attention (12 heads, 512 tokens)",
+         "build": lambda: (Attention(0.125), tuple(rnd(12, 512, 64) for _ in range(3)))},
+        {"name": "ResNet-50 conv 3x3→1x1 (64@56)", "build": lambda: (ConvPair(64, 64, 256, 1), (rnd(1, 64, 56, 56),))},
+        {"name": "ResNet-50 conv 3x3→3x3 (64@56)", "build": lambda: (ConvPair(64, 64, 64, 3), (rnd(1, 64, 56, 56),))},
+    ]
+
+
+def run(out: str = "results/bench-chain_fuser-compile.json", only: list[str] | None = None, repeat: int = 7,
+        budget_s: float = 0.5, log: Callable[..., None] = print) -> dict:
+    import warnings
+
+    import torch
+
+    from shared_ir import atomic_write_text
+    from shared_ir.hostinfo import num_cores
+
+    from . import compile as cf_compile
+
+    threads = num_cores()
+    torch.set_num_threads(threads)
+    rows = []
+    t_start = time.perf_counter()
+    items = [b for b in blocks() if not only or any(o in b["name"] for o in only)]
+    for i, b in enumerate(items):
+        module, ins = b["build"]()
+        module.eval()
+        t = time.perf_counter()
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")  # the decisions are reported in the row
+            c = cf_compile(module, ins)
+            compile_s = time.perf_counter() - t
+            want, got = module(*ins), c(*ins)
+            err = float((got - want).abs().max() / (want.abs().max() + 1e-6))
+            ms = time_interleaved({"eager": lambda: module(*ins), "compiled": lambda: c(*ins)}, repeat, budget_s)
+        chains = [{"ops": "→".join(d.ops), "fused": d.fused, "reason": d.reason} for d in c.decisions]
+        row = {"name": b["name"], "ms": ms, "speedup": ms["eager"] / ms["compiled"], "max_rel_error": err,
+               "fused_chains": sum(d.fused for d in c.decisions), "chains": chains, "compile_s": compile_s}
+        rows.append(row)
+        what = "; ".join(("fused: " if ch["fused"] else "not fused: ") + ch["reason"] for ch in chains)
+        log(f"[{i + 1}/{len(items)}] {b['name']:44s} eager {ms['eager']:8.3f} ms  compiled {ms['compiled']:8.3f} ms"
+            f"  ×{row['speedup']:.2f}  err {err:.1e}  ({what})")
+    sp = [r["speedup"] for r in rows]
+    res = {"threads": threads, "repeat": repeat, "rows": rows,
+           "geomean_speedup": math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None,
+           "min_speedup": min(sp) if sp else None,
+           "fused_blocks": sum(r["fused_chains"] > 0 for r in rows), "seconds": time.perf_counter() - t_start,
+           "note": "eager and compiled timed interleaved in one process (medians of repeats after warm-up); a chain "
+                   "whose tuned kernel measured slower than eager at compile time is kept eager (see chains)"}
+    os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+    atomic_write_text(out, json.dumps(res, indent=1, default=str))
+    csv = ["block,eager_ms,compiled_ms,speedup,fused_chains,max_rel_error"]
+    csv += [f"\"{r['name']}\",{r['ms']['eager']:.4f},{r['ms']['compiled']:.4f},{r['speedup']:.3f},"
+            f"{r['fused_chains']},{r['max_rel_error']:.2e}" for r in rows]
+    atomic_write_text(os.path.splitext(out)[0] + ".csv", "\n".join(csv) + "\n")
+    if sp:
+        log(f"compile vs eager: geomean ×{res['geomean_speedup']:.2f}, min ×{res['min_speedup']:.2f}, "
+            f"{res['fused_blocks']}/{len(rows)} blocks fused, {threads} threads, {res['seconds']:.0f} s → {out}")
+    return res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m chain_fuser.bench_compile", description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="results/bench-chain_fuser-compile.json")
+    ap.add_argument("--only", nargs="*", help="blocks whose name contains one of these")
+    ap.add_argument("--repeat", type=int, default=7)
+    a = ap.parse_args(argv)
+    run(a.out, a.only, a.repeat)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
