@@ -330,6 +330,17 @@ for line in sys.stdin:
         fns[j["name"]] = f = (torch_sdpa if j["variant"] == "sdpa" else torch_eager)(spec, ins)
         f()
         print(json.dumps({"ok": True}), flush=True)
+    elif j["cmd"] == "setup_block":  # a model block of chain_fuser.bench_compile, built with a fixed seed
+        from chain_fuser.bench_compile import blocks
+        torch.manual_seed(0)
+        module, ins = [b for b in blocks() if b["name"] == j["block"]][0]["build"]()
+        module.eval()
+        def f(module=module, ins=ins):
+            with torch.no_grad():
+                return module(*ins)
+        fns[j["name"]] = f
+        f()
+        print(json.dumps({"ok": True}), flush=True)
     elif j["cmd"] == "time":
         f = fns[j["name"]]
         end = time.perf_counter() + j.get("warm_s", 0.0)
@@ -373,8 +384,8 @@ class _ChildServer:
             raise RuntimeError(f"the {self.what} benchmark process died")
         return json.loads(line)
 
-    def _variant(self, name: str, **setup) -> "SelfTimed":
-        self._ask(cmd="setup", name=name, **setup)
+    def _variant(self, name: str, cmd: str = "setup", **setup) -> "SelfTimed":
+        self._ask(cmd=cmd, name=name, **setup)
 
         def timed(n):
             r = self._ask(cmd="time", name=name, n=n, warm_s=WARM_S)
@@ -410,6 +421,10 @@ class TorchServer(_ChildServer):
         fields = {f.name: getattr(spec, f.name) for f in dataclasses.fields(spec)}
         return self._variant(name, kind="gemm" if isinstance(spec, GemmChain) else "conv", fields=fields,
                              variant=which)
+
+    def block_variant(self, block: str) -> "SelfTimed":
+        """Eager PyTorch of one of ``bench_compile.blocks()`` (by name) in the child."""
+        return self._variant(block, cmd="setup_block", block=block)
 
 
 class OpenBLASServer(_ChildServer):

@@ -177,29 +177,19 @@ def test_every_slot_is_warmed_up_for_a_while_before_it_is_timed(monkeypatch):
 
 
 def test_bench_compile_writes_rows_and_csv(tmp_path, monkeypatch):
-    """The compile benchmark on one tiny block: eager and compiled timed, the chain's decision reported, JSON + CSV."""
-    import torch
+    """The compile benchmark on its smallest block: eager (in the torch child) and compiled timed, the chain's
+    decision reported, JSON + CSV."""
     from chain_fuser import bench_compile
 
     monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path / "cache"))
-
-    class MLP(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.fc1, self.fc2 = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16)
-
-        def forward(self, x):
-            return self.fc2(torch.nn.functional.gelu(self.fc1(x)))
-
-    monkeypatch.setattr(bench_compile, "blocks", lambda: [{"name": "tiny MLP", "build": lambda: (MLP(),
-                                                                                             (torch.randn(24, 16),))}])
     out = tmp_path / "bc.json"
-    res = bench_compile.run(str(out), repeat=1, budget_s=0.01, log=lambda *a: None)
+    res = bench_compile.run(str(out), only=["Mixer-S token MLP"], repeat=1, budget_s=0.01, log=lambda *a: None)
     row = res["rows"][0]
+    assert row["name"].startswith("Mixer-S token MLP") and len(res["rows"]) == 1
     assert row["ms"]["eager"] > 0 and row["ms"]["compiled"] > 0 and row["max_rel_error"] < 1e-4
     assert len(row["chains"]) == 1 and row["chains"][0]["reason"]  # fused, or kept eager with both times
-    assert json.loads(out.read_text())["rows"][0]["name"] == "tiny MLP"
-    assert (tmp_path / "bc.csv").read_text().splitlines()[1].startswith('"tiny MLP",')
+    assert json.loads(out.read_text())["rows"][0]["name"] == row["name"]
+    assert (tmp_path / "bc.csv").read_text().splitlines()[1].startswith('"Mixer-S token MLP')
 
 
 def test_torch_server_times_torch_in_its_own_process(monkeypatch):
