@@ -237,6 +237,12 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
             if any(n not in nodes for n in ch.names):
                 missing = [n for n in ch.names if n not in nodes]
                 raise UnsupportedChainError("→".join(ch.names), f"ops {missing} have no single fx node to replace")
+            linear = isinstance(spec, GemmChain) and spec.dt
+            if linear and spec.bt:
+                # Linear weights (out, in) transposed once (and again only when they change, see _Transposed): the
+                # kernel then packs them with contiguous loads instead of a strided gather on every call
+                # (197×384×1536 MLP, same plan: 4.1 ms transposed, 3.1 ms not)
+                spec = dataclasses.replace(spec, bt=False, dt=False)
             if tune:
                 kernel, rep = tune_fn(spec, top_k=top_k, device=device, use_cache=use_cache)
             else:
@@ -247,7 +253,7 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
                     decisions.append(ChainDecision(ch.names, False, f"kept eager: the fused kernel took {fused_ms:.3f} "
                                                    f"ms, eager PyTorch {eager_ms:.3f} ms", spec, kernel, rep))
                     continue
-            _rewrite(gm, ch, spec, kernel, nodes, src)
+            _rewrite(gm, ch, spec, kernel, nodes, src, linear)
             decisions.append(ChainDecision(ch.names, True, f"{kernel.plan.micro.name}, order "
                                            f"{','.join(kernel.plan.fused.order)}", spec, kernel, rep))
         except (ChainFuserError, ChainDTypeError) as e:
@@ -262,14 +268,33 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
     return CompiledModule(gm, decisions, module)
 
 
-def _rewrite(gm, chain, spec, kernel, nodes, b_src=None) -> None:
+class _Transposed:
+    """``w.t()`` as a contiguous tensor, made on the first call and again only when ``w`` changes (another tensor,
+    or its in-place version counter moved, as after an optimiser step)."""
+
+    def __init__(self):
+        self.src, self.version, self.out = None, None, None
+        self.__name__ = "chain_fuser_transposed_weight"
+
+    def __call__(self, w):
+        if self.src is not w or self.version != w._version:
+            self.src, self.version = w, w._version
+            self.out = w.detach().t().contiguous()
+        return self.out
+
+
+def _rewrite(gm, chain, spec, kernel, nodes, b_src=None, linear: bool = False) -> None:
     ops = [nodes[n] for n in chain.names]
     first, last = ops[0], ops[-1]
     graph = gm.graph
-    if isinstance(spec, GemmChain) and spec.dt:  # Linear → Linear
+    if linear:  # Linear → Linear
         a, b, b1 = _linear_args(gm, first)
         _, d, b2 = _linear_args(gm, last)
         extra = tuple(t for t in (b1, b2) if t is not None)
+        if not spec.dt:  # the weights go in as (in, out), transposed once (see compile)
+            with graph.inserting_before(last):  # after both weights' get_attr nodes
+                b = graph.call_function(_Transposed(), (b,))
+                d = graph.call_function(_Transposed(), (d,))
         with graph.inserting_after(last):
             new = graph.call_function(_GemmCall(kernel, _meta_shape(gm, chain.ops[-1])), (a, b, d, *extra))
     elif isinstance(spec, GemmChain):

@@ -198,8 +198,12 @@ def test_compile_whole_mlp_in_one_kernel():
     x = torch.randn(2, 13, 24)
     c = chain_fuser.compile(m, (x,), tune=False)
     (d,) = c.fused
-    assert d.spec.bt and d.spec.dt and d.spec.bias1 and d.spec.bias2 and d.spec.glue == "gelu"
+    # the Linear weights go in transposed once (contiguous rows to pack), not as (out, in) read with a stride
+    assert not d.spec.bt and not d.spec.dt and d.spec.bias1 and d.spec.bias2 and d.spec.glue == "gelu"
     with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
+        m.fc1.weight.mul_(-0.5)  # an in-place update (as an optimiser step): the transposed copy is made again
+        m.fc2.weight.add_(0.25)
         torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)
 
 
