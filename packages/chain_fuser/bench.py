@@ -234,127 +234,126 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
     return {k: statistics.median(v) for k, v in runs.items()}
 
 
+# --- baselines in processes of their own: what their child scripts share ----------------------------------------
+def child_place_threads(warm: Callable[[], Any]) -> dict | None:
+    """In a baseline's child process: the parent's placement. ``warm()`` first (the library's workers start on
+    their first call), then this thread on the first usable core and every other thread round-robin on the others.
+    Returns the placement, or None (one core, or no affinity API)."""
+    import threading
+
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    warm()
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return None
+    me = str(threading.get_native_id())
+    os.sched_setaffinity(0, {cores[0]})
+    placement: dict = {"caller_core": cores[0], "other_threads": {}}
+    for i, tid in enumerate(sorted(t for t in os.listdir("/proc/self/task") if t != me)):
+        try:
+            os.sched_setaffinity(int(tid), {cores[1 + i % (len(cores) - 1)]})
+            placement["other_threads"][tid] = cores[1 + i % (len(cores) - 1)]
+        except OSError:
+            pass
+    return placement
+
+
+def child_serve(setups: dict[str, Callable[[dict], Callable[[], Any]]]) -> None:
+    """A baseline child's command loop, one JSON line per command on stdin and per answer on stdout: a command in
+    ``setups`` builds the named callable (and calls it once); ``time`` runs it for ``warm_s`` untimed, then ``n``
+    timed calls (wall and CPU ms per call); ``drop`` forgets it."""
+    fns: dict[str, Callable[[], Any]] = {}
+    for line in sys.stdin:
+        j = json.loads(line)
+        if j["cmd"] in setups:
+            fns[j["name"]] = f = setups[j["cmd"]](j)
+            f()
+            out: dict = {"ok": True}
+        elif j["cmd"] == "time":
+            f = fns[j["name"]]
+            warm_up(f, j.get("warm_s", 0.0))
+            t, c = time.perf_counter(), time.process_time()
+            for _ in range(j["n"]):
+                f()
+            out = {"ms": (time.perf_counter() - t) / j["n"] * 1e3, "cpu_ms": (time.process_time() - c) / j["n"] * 1e3}
+        else:  # drop
+            fns.pop(j["name"], None)
+            out = {"ok": True}
+        print(json.dumps(out), flush=True)
+
+
 # --- OpenBLAS in its own process ------------------------------------------------------------------------------------
 _OPENBLAS_SERVER = r"""
-import json, os, sys, threading, time
+import json, os, sys
 for v in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
     os.environ.pop(v, None)            # before numpy loads OpenBLAS: let it pick its best kernel
 os.environ["OPENBLAS_NUM_THREADS"] = sys.argv[1]
 import numpy as np
 from threadpoolctl import threadpool_info
+sys.path[:0] = json.loads(sys.argv[3])
+from chain_fuser.bench import child_place_threads, child_serve, malloc_steady_state
 rng = np.random.default_rng(0)
-np.ones((31 << 20) // 4, np.float32)  # the allocator's steady state, as in the parent (bench.malloc_steady_state)
-fns = {}
+malloc_steady_state()
 placement = None
-if len(sys.argv) > 2 and sys.argv[2] == "pin" and hasattr(os, "sched_setaffinity"):
-    # the parent's placement: this thread on one core, OpenBLAS's workers (started at import) on the others
-    np.matmul(np.ones((256, 256), np.float32), np.ones((256, 256), np.float32))
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) > 1:
-        me = str(threading.get_native_id())
-        os.sched_setaffinity(0, {cores[0]})
-        placement = {"caller_core": cores[0], "other_threads": {}}
-        for i, tid in enumerate(sorted(t for t in os.listdir("/proc/self/task") if t != me)):
-            try:
-                os.sched_setaffinity(int(tid), {cores[1 + i % (len(cores) - 1)]})
-                placement["other_threads"][tid] = cores[1 + i % (len(cores) - 1)]
-            except OSError:
-                pass
+if sys.argv[2] == "pin":  # OpenBLAS's workers exist after a first call
+    placement = child_place_threads(lambda: np.matmul(np.ones((256, 256), np.float32), np.ones((256, 256), np.float32)))
 print(json.dumps({"threadpool_info": threadpool_info(), "placement": placement}), flush=True)
-for line in sys.stdin:
-    j = json.loads(line)
-    if j["cmd"] == "setup":
-        b, M, N, K, L, glue, scale = j["b"], j["M"], j["N"], j["K"], j["L"], j["glue"], j["scale"]
-        A = rng.standard_normal((b, M, K), dtype=np.float32); B = rng.standard_normal((b, K, L), dtype=np.float32)
-        D = rng.standard_normal((b, L, N), dtype=np.float32)
-        def run(A=A, B=B, D=D, glue=glue, scale=scale):
-            C = np.matmul(A, B)
-            if glue == "relu":
-                np.maximum(C, 0, out=C)
-            elif glue == "softmax":
-                C *= scale; C -= C.max(-1, keepdims=True); np.exp(C, out=C); C /= C.sum(-1, keepdims=True)
-            return np.matmul(C, D)
-        fns[j["name"]] = run
-        run()
-        print(json.dumps({"ok": True}), flush=True)
-    elif j["cmd"] == "time":
-        f = fns[j["name"]]
-        end = time.perf_counter() + j.get("warm_s", 0.0)
-        f()  # untimed calls: its threads awake after the pause the parent leaves between variants (WARM_S)
-        while time.perf_counter() < end:
-            f()
-        t, c = time.perf_counter(), time.process_time()
-        for _ in range(j["n"]):
-            f()
-        print(json.dumps({"ms": (time.perf_counter() - t) / j["n"] * 1e3,
-                          "cpu_ms": (time.process_time() - c) / j["n"] * 1e3}), flush=True)
-    elif j["cmd"] == "drop":
-        fns.pop(j["name"], None)
-        print(json.dumps({"ok": True}), flush=True)
+
+
+def setup(j):
+    b, M, N, K, L, glue, scale = j["b"], j["M"], j["N"], j["K"], j["L"], j["glue"], j["scale"]
+    A = rng.standard_normal((b, M, K), dtype=np.float32); B = rng.standard_normal((b, K, L), dtype=np.float32)
+    D = rng.standard_normal((b, L, N), dtype=np.float32)
+    def run(A=A, B=B, D=D, glue=glue, scale=scale):
+        C = np.matmul(A, B)
+        if glue == "relu":
+            np.maximum(C, 0, out=C)
+        elif glue == "softmax":
+            C *= scale; C -= C.max(-1, keepdims=True); np.exp(C, out=C); C /= C.sum(-1, keepdims=True)
+        return np.matmul(C, D)
+    return run
+
+
+child_serve({"setup": setup})
 """
 
 
 # --- PyTorch in its own process ------------------------------------------------------------------------------------
 _TORCH_SERVER = r"""
-import json, os, sys, threading, time
+import json, os, sys
 sys.path[:0] = json.loads(sys.argv[3])
 import torch
 torch.set_num_threads(int(sys.argv[1]))
-from chain_fuser.bench import malloc_steady_state, torch_eager, torch_sdpa
+from chain_fuser.bench import (child_place_threads, child_serve, malloc_steady_state, torch_eager,
+                               torch_sdpa)
 from chain_fuser.kernel import random_inputs
 from chain_fuser.spec import ConvChain, GemmChain
 malloc_steady_state()
 placement = None
-if sys.argv[2] == "pin" and hasattr(os, "sched_setaffinity"):
-    # the parent's placement: this thread on one core, torch's OpenMP workers (started by a first call) on the others
-    torch.mm(torch.ones(256, 256), torch.ones(256, 256))
-    cores = sorted(os.sched_getaffinity(0))
-    if len(cores) > 1:
-        me = str(threading.get_native_id())
-        os.sched_setaffinity(0, {cores[0]})
-        placement = {"caller_core": cores[0], "other_threads": {}}
-        for i, tid in enumerate(sorted(t for t in os.listdir("/proc/self/task") if t != me)):
-            try:
-                os.sched_setaffinity(int(tid), {cores[1 + i % (len(cores) - 1)]})
-                placement["other_threads"][tid] = cores[1 + i % (len(cores) - 1)]
-            except OSError:
-                pass
+if sys.argv[2] == "pin":  # torch's OpenMP workers exist after a first call
+    placement = child_place_threads(lambda: torch.mm(torch.ones(256, 256), torch.ones(256, 256)))
 print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
                   "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "placement": placement}), flush=True)
-fns = {}
-for line in sys.stdin:
-    j = json.loads(line)
-    if j["cmd"] == "setup":
-        spec = (GemmChain if j["kind"] == "gemm" else ConvChain)(**j["fields"])
-        ins = random_inputs(spec)
-        fns[j["name"]] = f = (torch_sdpa if j["variant"] == "sdpa" else torch_eager)(spec, ins)
-        f()
-        print(json.dumps({"ok": True}), flush=True)
-    elif j["cmd"] == "setup_block":  # a model block of chain_fuser.bench_compile, built with a fixed seed
-        from chain_fuser.bench_compile import blocks
-        torch.manual_seed(0)
-        module, ins = [b for b in blocks() if b["name"] == j["block"]][0]["build"]()
-        module.eval()
-        def f(module=module, ins=ins):
-            with torch.no_grad():
-                return module(*ins)
-        fns[j["name"]] = f
-        f()
-        print(json.dumps({"ok": True}), flush=True)
-    elif j["cmd"] == "time":
-        f = fns[j["name"]]
-        end = time.perf_counter() + j.get("warm_s", 0.0)
-        f()
-        while time.perf_counter() < end:
-            f()
-        t, c = time.perf_counter(), time.process_time()
-        for _ in range(j["n"]):
-            f()
-        print(json.dumps({"ms": (time.perf_counter() - t) / j["n"] * 1e3,
-                          "cpu_ms": (time.process_time() - c) / j["n"] * 1e3}), flush=True)
-    elif j["cmd"] == "drop":
-        fns.pop(j["name"], None)
-        print(json.dumps({"ok": True}), flush=True)
+
+
+def setup(j):
+    spec = (GemmChain if j["kind"] == "gemm" else ConvChain)(**j["fields"])
+    return (torch_sdpa if j["variant"] == "sdpa" else torch_eager)(spec, random_inputs(spec))
+
+
+def setup_block(j):  # a model block of chain_fuser.bench_compile, built with a fixed seed
+    from chain_fuser.bench_compile import blocks
+    torch.manual_seed(0)
+    module, ins = [b for b in blocks() if b["name"] == j["block"]][0]["build"]()
+    module.eval()
+    def f(module=module, ins=ins):
+        with torch.no_grad():
+            return module(*ins)
+    return f
+
+
+child_serve({"setup": setup, "setup_block": setup_block})
 """
 
 
@@ -439,7 +438,7 @@ class OpenBLASServer(_ChildServer):
 
     def __init__(self, threads: int, pin: bool = False):
         env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-        hello = self._start([_OPENBLAS_SERVER, str(threads)] + (["pin"] if pin else []), env)
+        hello = self._start([_OPENBLAS_SERVER, str(threads), "pin" if pin else "free", _child_sys_path()], env)
         info = hello["threadpool_info"]
         self.placement = hello.get("placement")
         ob = [x for x in info if x.get("internal_api") == "openblas"]
