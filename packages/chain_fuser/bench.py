@@ -251,9 +251,10 @@ def child_place_threads(warm: Callable[[], Any]) -> dict | None:
     os.sched_setaffinity(0, {cores[0]})
     placement: dict = {"caller_core": cores[0], "other_threads": {}}
     for i, tid in enumerate(sorted(t for t in os.listdir("/proc/self/task") if t != me)):
+        core = cores[1 + i % (len(cores) - 1)]
         try:
-            os.sched_setaffinity(int(tid), {cores[1 + i % (len(cores) - 1)]})
-            placement["other_threads"][tid] = cores[1 + i % (len(cores) - 1)]
+            os.sched_setaffinity(int(tid), {core})
+            placement["other_threads"][tid] = core
         except OSError:
             pass
     return placement
@@ -667,9 +668,11 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             # the measured pick kept the unfused kernel: the best fused one is timed too, so that the fused-vs-
             # unfused ratio stays the measured one (not 1.0 after the pick)
             variants["ours_fused"] = lambda k=rep.best_fused_kernel: k(*ins)
+        same_as_ours = False  # the pick *is* the unfused kernel: timed once, as "ours" (below)
         try:
             unf = rep.unfused_kernel if rep.unfused_kernel is not None else build_kernel(spec, kernel.plan, fused=False)
-            if unf is not kernel:  # when the pick *is* the unfused kernel it is timed once, as "ours" (below)
+            same_as_ours = unf is kernel
+            if not same_as_ours:
                 variants["tvm_unfused"] = lambda k=unf: k(*ins)
         except Exception as e:  # noqa: BLE001 - recorded, the row goes on without it
             log(f"  {name}: unfused variant failed: {e}")
@@ -688,7 +691,6 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         for v in variants.values():
             if isinstance(v, SelfTimed):  # the child processes drop the row's inputs
                 v.done()
-        same_as_ours = not kernel.fused and "tvm_unfused" not in variants and rep.unfused_kernel is kernel
         if same_as_ours:  # one kernel timed twice read ×0.94-1.06 against itself: the noise, not a difference
             ms_["tvm_unfused"] = ms_["ours"]
             if "ours" in cpu_ms:
@@ -824,7 +826,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         "metaschedule_peak_fraction": geomean([r["peak_fraction"].get("metaschedule") for r in rows])}
     result["reference_peak_fraction_cpu"] = geomean([r["peak_fraction_cpu"].get("ours") for r in ref_rows])
     result["cpu_time_note"] = ("*_cpu keys: the same runs measured in CPU time (all threads of the process, spin-waits "
-                               "included; OpenBLAS's in its own process): robust to the other processes on a shared "
+                               "included; PyTorch's and OpenBLAS's in their own processes): robust to the other processes on a shared "
                                "machine; peak_fraction_cpu = GFLOP per CPU-second / (FMA peak / threads)")
     for srv in (server, torch_server):
         if srv is not None:

@@ -522,7 +522,7 @@ def _pack_per_thread(spec: GemmChain, ks: GemmKernelShape, order, T: dict, fused
     return private_packing_threads(ks.batch, ks.batch * -(-ks.Mp // T["m"]), packed)
 
 
-def private_packing_threads(batch: int, units: int, packed_bytes: int = 0) -> int:
+def private_packing_threads(batch: int, units: int, packed_bytes: int) -> int:
     """The thread count when a kernel of ``units`` parallel units over ``batch`` batches (images) should give each
     thread one unit and its own packed operands: the batches do not divide among the threads but the units do, and
     one batch's packed operands (``packed_bytes``) fit in one core's L2. Else 0 (packing in its own parallel loop).

@@ -224,7 +224,7 @@ def per_core_slow_windows(seconds: float = 20.0, window_s: float = 0.01, slow_fr
 
     from shared_ir.hostinfo import cpu_ids
 
-    cores = sorted(cpu_ids())
+    cores = list(cpu_ids())  # sorted
     ctx = mp.get_context("spawn")  # a fresh interpreter per core: TVM's pool is created after the pinning
     pipes, procs = [], []
     for c in cores:
