@@ -139,9 +139,10 @@ SPILL_FRACTION = 0.5  # a tile larger than half a cache level shares it with the
 ACC_RAMP_CYCLES = 4 * 4  # FMA latency × the dependent steps before a refilled accumulator block is back at rate
 
 
-def realised(spec, lp: LevelPlan, mk: MicroKernel) -> tuple[tuple[str, ...], dict[str, int]]:
+def realised(spec, lp: LevelPlan, mk: MicroKernel, cores: int = 1) -> tuple[tuple[str, ...], dict[str, int]]:
     """The fused level's order and tiles as the code generator fits them (tiles dividing the padded extents,
-    multiples of the micro kernel; conv: only the spatial tiles, channels stay whole). Dims with one block are
+    multiples of the micro kernel; conv: only the spatial tiles, channels stay whole, whole rows with a 1×1 second
+    conv: :func:`conv.fit_tiles`). Dims with one block are
     dropped from the order: plans that differ only there compile to the same kernel."""
     if isinstance(spec, GemmChain):
         from .codegen import _fit_tile, kernel_shape
@@ -153,11 +154,10 @@ def realised(spec, lp: LevelPlan, mk: MicroKernel) -> tuple[tuple[str, ...], dic
         order = [d for d in lp.order if d in ext]
         order += [d for d in ext if d not in order]
         return tuple(d for d in order if T[d] < ext[d]), T
-    Wp = _pad(spec.W, mk.mr)
-    from .codegen import _fit_tile
+    from .conv import fit_tiles
 
-    T = {"p": _fit_tile(spec.H, int(lp.tiles.get("p", spec.H)), 1),
-         "q": _fit_tile(Wp, max(mk.mr, int(lp.tiles.get("q", Wp))), mk.mr)}
+    Wp = _pad(spec.W, mk.mr)
+    T = fit_tiles(spec, mk.mr, mk.nr, lp.tiles, lp.capacity_bytes, cores)
     return tuple(d for d in ("p", "q") if T[d] < {"p": spec.H, "q": Wp}[d]), T
 
 
@@ -380,7 +380,7 @@ def _plans_for_micro(spec, dev, top_k: int, fusion_level: str | None, peak: floa
             continue
         mine = []
         for alt in per_level[fuse]:
-            order_r, T_r = realised(spec, alt, mk)
+            order_r, T_r = realised(spec, alt, mk, ncores)
             sig = (order_r, tuple(sorted(T_r.items())))
             if sig in seen:
                 continue  # the code generator would build the same kernel as a plan already in the list

@@ -78,3 +78,34 @@ def test_unpack_in_panels_matches_torch_on_ragged_tiles(monkeypatch, spec, fused
     k = build_kernel(spec, plan, fused, use_cache=False)
     ins = random_inputs(spec, seed=2)
     torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=2e-4, atol=2e-4)
+
+
+def test_tiles_are_whole_rows_before_a_1x1_conv():
+    """A 1×1 second conv: the plan's tile area as whole rows (output rows written whole), capped so both stages'
+    output tiles take at most a quarter of the level, the count of tiles divisible among the cores. A 3×3 second
+    conv keeps the plan's tiles (its halo makes the tile shape a trade-off the model weighs)."""
+    from chain_fuser.conv import fit_tiles
+
+    resnet = ConvChain(1, 64, 56, 56, 64, 3, 3, 256, 1, 1, glue="relu")
+    # the 19 × 28 plan tile is fitted to 14 × 28 = 7 rows; (64 + 256) channels × 56 × 4 B = 71.7 KB a row: 3 rows
+    # fit a quarter of 1 MB, and 56 % 3 != 0 → 2
+    assert fit_tiles(resnet, 14, 32, {"p": 19, "q": 28}, 1 << 20, 2) == {"p": 2, "q": 56}
+    assert fit_tiles(resnet, 14, 32, {"p": 19, "q": 28}, 4 << 20, 2) == {"p": 7, "q": 56}  # 8 tiles, 4 per core
+    assert fit_tiles(resnet, 14, 32, {"p": 19, "q": 28}, 4 << 20, 3) == {"p": 7, "q": 56}  # no count divides by 3
+    assert fit_tiles(resnet, 14, 32, {"p": 4, "q": 14}, 32 << 10, 2) == {"p": 1, "q": 56}  # an L1 plan: one row
+    three = ConvChain(1, 64, 56, 56, 64, 3, 3, 64, 3, 3, glue="relu")
+    assert fit_tiles(three, 14, 32, {"p": 19, "q": 28}, 1 << 20, 2) == {"p": 14, "q": 28}
+
+
+def test_whole_row_tiles_match_torch(monkeypatch):
+    spec = ConvChain(1, 6, 10, 12, 16, 3, 3, 48, 1, 1, glue="relu", bias1=True, bias2=True)
+    plan = plan_chain(spec, top_k=1)[0]
+    from chain_fuser.conv import _tiles
+    from chain_fuser.kernel import build_kernel
+
+    ks = conv_kernel_shape(spec, plan)
+    T = _tiles(spec, plan, ks)
+    assert T["q"] == ks.Wp and spec.H % T["p"] == 0
+    k = build_kernel(spec, plan, True, use_cache=False)
+    ins = random_inputs(spec, seed=3)
+    torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=2e-4, atol=2e-4)
