@@ -227,7 +227,8 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
             continue  # packed by each thread for itself, inside its parallel unit (below)
         blk = sch.get_sblock(name)
         loops = sch.get_loops(blk)
-        sch.parallel(loops[0])
+        sch.parallel(sch.fuse(loops[0], loops[1]))  # panels × channels: 3 panels (K = 96) split 2:1 on 2 cores
+        loops = sch.get_loops(blk)
         if nr % lanes == 0:
             _, v = sch.split(loops[-1], [None, lanes])
             sch.vectorize(v)
@@ -273,25 +274,33 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
                     _, v = sch.split(sch.get_loops(blk)[-1], [None, lanes])
                     sch.vectorize(v)
         return sch.mod
-    # unfused: each stage at root, parallel over (n, output-channel panels), same micro kernel
+    # unfused: each stage at root, parallel over (n, row, output-channel panel), row-major: a core computes every
+    # channel of its rows, so conv2 and the unpack read rows its own cache holds (panel-major, conv2 read half of
+    # each row's channels from the other core: Inception 2.13 → 1.87 ms, ResNet-50 3×3→3×3 2.24 → 2.21 ms, YOLO-1/2
+    # 4.19 → 4.05 ms, 2 threads, interleaved)
     for blk in (t, o2):
         loops = sch.get_loops(blk)
         n, ko, y, x, ki, c, r, s = loops
         xo, xi = sch.split(x, [None, mr])
-        sch.reorder(n, ko, y, xo, *_red_order(c, r, s), xi, ki)
-        par = sch.fuse(n, ko, y)
+        sch.reorder(n, y, ko, xo, *_red_order(c, r, s), xi, ki)
+        par = sch.fuse(n, y, ko)
         sch.parallel(par)
         sch.unroll(xi)
         sch.vectorize(ki)
         sch.decompose_reduction(blk, xo)
-    loops = sch.get_loops(u)
-    sch.parallel(sch.fuse(loops[0], loops[1]))
+    n, ko, y, x, ki = sch.get_loops(u)
+    sch.reorder(n, y, ko)
+    sch.parallel(sch.fuse(n, y, ko))
     if nr % lanes == 0:
-        _, v = sch.split(loops[-1], [None, lanes])
+        _, v = sch.split(ki, [None, lanes])
         sch.vectorize(v)
     n, k, y, x = sch.get_loops(out)
     panels = _unpack_panels(sch, k, y, x, ks.W, spec.K2, nr)
-    sch.parallel(sch.fuse(n, panels[0], panels[1]) if panels else sch.fuse(n, k))
+    if panels:
+        sch.reorder(n, panels[1], panels[0])
+        sch.parallel(sch.fuse(n, panels[1], panels[0]))
+    else:
+        sch.parallel(sch.fuse(n, k))
     return sch.mod
 
 

@@ -298,7 +298,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None) -> str:
                            tvm.__version__, _CODEGEN_VERSION)
 
 
-_CODEGEN_VERSION = 13  # bump when generated code changes: stale cached kernels are then ignored
+_CODEGEN_VERSION = 14  # bump when generated code changes: stale cached kernels are then ignored
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True) -> FusedKernel:

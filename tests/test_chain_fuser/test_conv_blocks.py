@@ -109,3 +109,18 @@ def test_whole_row_tiles_match_torch(monkeypatch):
     k = build_kernel(spec, plan, True, use_cache=False)
     ins = random_inputs(spec, seed=3)
     torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=2e-4, atol=2e-4)
+
+
+def test_unfused_stages_run_row_major_and_packing_splits_panels_by_channel():
+    """Unfused: every stage's parallel loop is (image, row, channel panel), so a core computes all channels of its
+    rows and the next stage reads rows its own cache holds; the weight packing runs over panels × channels (3 panels
+    alone split 2:1 over 2 cores)."""
+    import re
+
+    from chain_fuser.kernel import _schedule
+
+    spec = ConvChain(1, 8, 9, 12, 16, 3, 3, 96, 3, 3, glue="relu")
+    plan = plan_chain(spec, top_k=1)[0]
+    loops = [name for name, _ in re.findall(r"for (\w+) in T.parallel\((\d+)\)", _schedule(spec, plan, False).script())]
+    assert loops.count("n_y_ko_fused") == 3 and "n_y_k_0_fused" in loops  # conv1, activation, conv2; the unpack
+    assert loops.count("ko_c_fused") == 2  # both weights
