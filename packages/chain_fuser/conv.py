@@ -3,8 +3,8 @@
 Layouts inside the kernel: the input zero-padded (by both convs' halos), weights packed as ``[k/nr, c, r, s, nr]``
 (one vector load per reduction step), the intermediate in ``NCHW[nr]c`` (a broadcast per reduction step of conv2),
 the output accumulated in ``NCHW[nr]c`` and unpacked to NCHW right after each tile (panel by panel, vector stores along
-the rows: ``_unpack_panels``). The micro kernel is the GEMM
-one: ``mr`` output columns × ``nr`` output channels of accumulators.
+the rows: ``_unpack_panels``). The micro kernel is the GEMM one: ``mr`` output columns × ``nr`` output channels of
+accumulators.
 
 Fusion: the plan's spatial tiles (p rows × q columns) are the fused loop: per tile, conv1 computes the rows and
 columns conv2 needs (its halo is recomputed by neighbouring tiles), the ReLU/bias/border mask is applied, and

@@ -142,8 +142,8 @@ ACC_RAMP_CYCLES = 4 * 4  # FMA latency × the dependent steps before a refilled 
 def realised(spec, lp: LevelPlan, mk: MicroKernel, cores: int = 1) -> tuple[tuple[str, ...], dict[str, int]]:
     """The fused level's order and tiles as the code generator fits them (tiles dividing the padded extents,
     multiples of the micro kernel; conv: only the spatial tiles, channels stay whole, whole rows with a 1×1 second
-    conv: :func:`conv.fit_tiles`). Dims with one block are
-    dropped from the order: plans that differ only there compile to the same kernel."""
+    conv: :func:`conv.fit_tiles`, over ``cores``). Dims with one block are dropped from the order: plans that differ
+    only there compile to the same kernel."""
     if isinstance(spec, GemmChain):
         from .codegen import _fit_tile, kernel_shape
 
