@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
 from typing import Any, Callable
 
-from .bench import time_interleaved
+from .bench import geomean, time_interleaved
 
 
 def blocks() -> list[dict[str, Any]]:
@@ -110,7 +109,7 @@ def run(out: str = "results/bench-chain_fuser-compile.json", only: list[str] | N
     server.close()
     sp = [r["speedup"] for r in rows]
     res = {"threads": threads, "repeat": repeat, "rows": rows,
-           "geomean_speedup": math.exp(sum(map(math.log, sp)) / len(sp)) if sp else None,
+           "geomean_speedup": geomean(sp),
            "min_speedup": min(sp) if sp else None,
            "fused_blocks": sum(r["fused_chains"] > 0 for r in rows), "seconds": time.perf_counter() - t_start,
            "note": "eager (in a child process, torch's defaults) and compiled (in this process) timed interleaved, "
