@@ -653,6 +653,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     for it in items:
         spec = it["spec"]
         name = it["name"]
+        t_row = time.perf_counter()
         ins = random_inputs(spec)
         kernel, rep = tune(spec, top_k=top_k)
         ref = reference(spec, *ins)
@@ -686,6 +687,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                 variants["metaschedule"] = lambda rt=rt: rt(*ins)
         cpu_ms: dict[str, float] = {}
         probe_stats: dict = {}
+        t_timing = time.perf_counter()
         ms_ = time_interleaved(variants, repeat, budget, cpu_out=cpu_ms, probe=fma_probe, floor_gflops=floor,
                                stats=probe_stats)
         for v in variants.values():
@@ -700,7 +702,9 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                "shape": _shape_dict(spec), "gflop": flops / 1e9, "max_rel_error": err,
                "ms": ms_, "plan": kernel.plan.to_dict(), "tune": rep.to_dict(),
                "model_pick_vs_best_measured": rep.model_pick_vs_best, "probe": probe_stats,
-               "tvm_unfused_is_ours": same_as_ours}
+               "tvm_unfused_is_ours": same_as_ours,
+               # where the run's time goes: tuning (compiles, or the disk cache) + inputs and the reference, and timing
+               "seconds": {"prepare": t_timing - t_row, "timing": time.perf_counter() - t_timing}}
         if ms_tune_s is not None:
             row["metaschedule_tune_s"] = ms_tune_s  # the one tuning run of the whole subset
             row["metaschedule_status"] = ms_note
@@ -727,7 +731,8 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         rows.append(row)
         log(f"{name:22s} {it['suite']:12s} ours {o:9.3f} ms ({row['peak_fraction']['ours']:.0%} of peak)  " +
             "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup"].items()) + f"  err {err:.1e}  | per CPU-s: " +
-            "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup_cpu"].items()))
+            "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup_cpu"].items()) +
+            f"  [{row['seconds']['prepare']:.0f} + {row['seconds']['timing']:.0f} s]")
     ref_rows = [r for r in rows if r["suite"] == "reference"]
     mem_rows = [r for r in rows if r["suite"] == "memory_bound"]
 

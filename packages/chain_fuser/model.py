@@ -60,6 +60,10 @@ class TensorUse:
         return self.access.dims
 
     @cached_property
+    def sorted_dims(self) -> tuple[str, ...]:
+        return tuple(sorted(self.access.dims))
+
+    @cached_property
     def elem_bytes(self) -> int:
         return self.access.tensor.dtype.nbytes
 
@@ -194,6 +198,14 @@ class ChainNest:
                            and self.extents[d] > 1)
         self.flops = sum(o.flops for o in self.ops)
         self.compute_flops = sum(self.ops[i].flops for i in self.compute)
+        # the tile search evaluates DV and MU ~10^6 times for a conv chain on a many-core preset (a minute per
+        # shape before these): what depends only on the order, or on a tensor's dims, is computed once
+        self._inter_dims = [(tuple(sorted(it.produce.dims)), tuple(sorted(it.consume.dims)))
+                            for it in self.intermediates]
+        self._nest_memo: dict = {}
+        self._prefix_memo: dict = {}
+        self._box_memo: dict = {}
+        self._simple_memo: dict = {}
 
     def _halo_dim(self, i: int, d: str) -> bool:
         return any(len(e.terms) > 1 and d in e.dims for a in self.ops[i].accesses for e in a.indices
@@ -211,7 +223,8 @@ class ChainNest:
 
     def full_tiles(self, tiles: Mapping[str, int]) -> dict[str, int]:
         """Tiles with batch dims at 1, window dims at full extent, missing dims at full extent."""
-        t = {d: min(e, int(tiles.get(d, e))) for d, e in self.extents.items()}
+        get = tiles.get
+        t = {d: min(e, int(get(d, e))) for d, e in self.extents.items()}
         for d in self.batch:
             t[d] = min(t[d], int(tiles.get(d, 1)))
         for d in self.window:
@@ -220,6 +233,13 @@ class ChainNest:
 
     def prefix(self, order: Sequence[str], tiles: Mapping[str, int]) -> tuple[str, ...]:
         """The leading loops of the order (after batch dims) shared by every compute op: the fusion point."""
+        key = tuple(order)  # depends on the order only (every dim is a loop, whatever its tile)
+        v = self._prefix_memo.get(key)
+        if v is None:
+            v = self._prefix_memo[key] = self._prefix(key)
+        return v
+
+    def _prefix(self, order: tuple[str, ...]) -> tuple[str, ...]:
         out = list(self.batch)
         for d in order:
             if d in self.batch:
@@ -230,29 +250,40 @@ class ChainNest:
         return tuple(out)
 
     def op_nest(self, i: int, order: Sequence[str]) -> list[str]:
+        """Op ``i``'s block loops, outermost first: batch dims, dims the order leaves out, the order, window dims."""
+        key = (i, tuple(order))
+        v = self._nest_memo.get(key)
+        if v is None:
+            v = self._nest_memo[key] = self._op_nest(i, key[1])
+        return v
+
+    def _op_nest(self, i: int, order: tuple[str, ...]) -> list[str]:
         ones = [d for d in self.extents if d not in self.batch and d not in self.window and d not in order]
         full = list(self.batch) + ones + [d for d in order if d not in self.batch] + list(self.window)
         return [d for d in full if d in self.op_dims[i]]
 
     def _sweep_elems(self, u: TensorUse, tiles: Mapping[str, int]) -> int:
         """Σ over the blocks of u's dims of the elements a block touches (exact: halos and padding included)."""
-        if u.simple:
-            return self._sweep_elems_raw(u, tiles)
+        if u.simple:  # the whole tensor, whatever the tiles
+            v = self._simple_memo.get(id(u))
+            if v is None:
+                v = self._simple_memo[id(u)] = self._sweep_elems_raw(u, tiles)
+            return v
         # memoised by the tiles of u's own dims: the tile search asks for the same boxes many times (halo
         # accesses are counted exactly, block by block, which is the search's main cost for conv chains)
         cache = self.__dict__.setdefault("_sweep_cache", {})
-        key = (id(u), tuple(sorted((d, tiles[d]) for d in u.dims)))
+        key = (id(u), tuple(tiles[d] for d in u.sorted_dims))
         v = cache.get(key)
         if v is None:
             v = cache[key] = self._sweep_elems_raw(u, tiles)
         return v
 
-    def _box(self, acc: Access, tiles: Mapping[str, int]) -> int:
-        cache = self.__dict__.setdefault("_box_cache", {})
-        key = (id(acc), tuple(sorted(tiles.items())))
-        v = cache.get(key)
+    def _box(self, acc: Access, dims: tuple[str, ...], tiles: Mapping[str, int]) -> int:
+        """Bounding-box elements of ``acc`` (over its sorted ``dims``) at ``tiles``, memoised by those dims' tiles."""
+        key = (id(acc), *map(tiles.__getitem__, dims))
+        v = self._box_memo.get(key)
         if v is None:
-            v = cache[key] = acc.footprint_box(tiles)
+            v = self._box_memo[key] = acc.footprint_box({d: tiles[d] for d in dims})
         return v
 
     def _sweep_elems_raw(self, u: TensorUse, tiles: Mapping[str, int]) -> int:
@@ -282,11 +313,16 @@ class ChainNest:
                   trips: Mapping[str, int] | None = None) -> int:
         """Bytes of tensor ``u`` moved between the level and the one outside it."""
         trips = trips or self.trips(tiles)
-        nest = [d for d in self.op_nest(u.op, order) if trips[d] > 1]
-        inner = max((k for k, d in enumerate(nest) if d in u.dims), default=-1)
+        nest = self.op_nest(u.op, order)
+        dims = u.dims
+        # the innermost loop that indexes u and runs more than once: u's tile is moved once per iteration of it
+        # and of every loop outside it that does not index u (one-trip loops multiply by 1)
+        inner = len(nest) - 1
+        while inner >= 0 and not (nest[inner] in dims and trips[nest[inner]] > 1):
+            inner -= 1
         mult = 1
         for d in nest[:inner + 1]:
-            if d not in u.dims:
+            if d not in dims:
                 mult *= trips[d]
         return self._sweep_elems(u, tiles) * mult * u.elem_bytes
 
@@ -307,14 +343,14 @@ class ChainNest:
     def mu_ops(self, order: Sequence[str], tiles: Mapping[str, int]) -> list[int]:
         """Bytes each op needs resident at once (its tensors' tile boxes plus live intermediates)."""
         t = self.full_tiles(tiles)
-        live = self.live_tiles(order, t)
+        pre = self.prefix(order, t)
+        live = {d: (t[d] if d in pre else e) for d, e in self.extents.items()}  # as live_tiles (t is full already)
         mu = [0] * len(self.ops)
         for u in self.uses:
-            mu[u.op] += self._box(u.access, {d: t[d] for d in u.dims}) * u.elem_bytes
-        for it in self.intermediates:
+            mu[u.op] += self._box(u.access, u.sorted_dims, t) * u.elem_bytes
+        for it, (pd, cd) in zip(self.intermediates, self._inter_dims):
             eb = it.produce.tensor.dtype.nbytes
-            box = max(self._box(it.produce, {d: live[d] for d in it.produce.dims}),
-                      self._box(it.consume, {d: live[d] for d in it.consume.dims}))
+            box = max(self._box(it.produce, pd, live), self._box(it.consume, cd, live))
             box = min(box, it.produce.tensor.numel) * self.intermediate_copies
             mu[it.producer] += box * eb
             mu[it.consumer] += box * eb
@@ -325,13 +361,13 @@ class ChainNest:
 
     def parallel_units(self, order: Sequence[str], tiles: Mapping[str, int]) -> int:
         """Independent outer blocks: batch dims and the leading prefix loops that no op reduces over."""
-        t = self.full_tiles(tiles)
-        trips = self.trips(t)
         n = 1
-        for d in self.prefix(order, t):
+        for d in self.prefix(order, tiles):
             if d in self.reductions:
                 break
-            n *= trips[d]
+            e = self.extents[d]
+            # the tile as full_tiles has it (batch dims default to 1; window dims are reductions: not reached)
+            n *= -(-e // max(1, min(e, int(tiles.get(d, 1 if d in self.batch else e)))))
         return n
 
     def orders(self) -> Iterable[tuple[str, ...]]:
@@ -505,9 +541,8 @@ def search_level(nest: ChainNest, capacity: int, bandwidth: float, *, top: int =
     counter = itertools.count()
     base = {d: 1 for d in nest.batch}
 
-    def score_of(order, tiles) -> tuple[float, float]:
+    def score_of(order, tiles, dv) -> tuple[float, float]:
         # the level's share of the predicted time: compute (slowed by idle cores) or the level's traffic
-        dv = sum(nest.dv(order, tiles).values())
         units = nest.parallel_units(order, tiles) if cores > 1 else 1
         eff = units / (math.ceil(units / cores) * cores) if cores > 1 else 1.0
         return (max(compute_s / eff, dv / bandwidth), dv)
@@ -523,9 +558,9 @@ def search_level(nest: ChainNest, capacity: int, bandwidth: float, *, top: int =
             continue
         seq = list(order)  # assign tiles outer to inner
 
-        def dfs(k: int, tiles: dict[str, int]):
+        def dfs(k: int, tiles: dict[str, int], dv: int | None = None):
             if k == len(seq):
-                s = score_of(order, tiles)
+                s = score_of(order, tiles, sum(nest.dv(order, tiles).values()) if dv is None else dv)
                 if s < bound():
                     c = _Cand(s[0], order, tuple(sorted(tiles.items())))
                     heapq.heappush(best, ((-s[0], -s[1]), next(counter), c))
@@ -548,7 +583,7 @@ def search_level(nest: ChainNest, capacity: int, bandwidth: float, *, top: int =
                 dv_lb = sum(nest.dv(order, hi).values())
                 if (max(compute_s, dv_lb / bandwidth), dv_lb) >= bound():
                     break  # DV only grows as T shrinks; idle cores only add time
-                dfs(k + 1, t)
+                dfs(k + 1, t, dv_lb)  # at the last dim ``hi`` is the leaf's tiles: its DV is the leaf's
 
         dfs(0, dict(base))
     if not best:

@@ -95,6 +95,39 @@ def test_conv_dv_matches_brute_force_with_halo():
             assert n.dv(order, tiles) == _brute_force_dv(n, order, tiles), (order, tiles)
 
 
+@pytest.mark.parametrize("spec", [ConvChain(2, 3, 9, 7, 4, 3, 3, 5, 3, 3, glue="relu"), GemmChain(3, 10, 4, 5, 8)])
+def test_memory_use_and_parallel_units_match_their_definitions(spec):
+    # the search's memoised fast paths against the definitions written out: MU = max over ops of the tile boxes
+    # plus the live intermediate's box (prefix dims tiled, the rest whole); units = Π trips of the leading prefix
+    # loops that no op reduces over
+    n = chain_nest(spec)
+    sizes = ({"p": 4, "q": 3, "k1": 2, "c": 3, "k2": 5, "n": 2}, {"p": 9, "q": 2, "k1": 4, "c": 1, "k2": 2},
+             {"m": 4, "k": 2, "l": 3, "n": 4, "b": 2}, {"m": 10, "k": 5, "l": 1, "n": 2})
+    for order in itertools.islice(n.orders(), 0, None, 3):
+        for tiles in sizes:
+            tiles = {d: v for d, v in tiles.items() if d in n.extents}
+            if not tiles:
+                continue
+            t = n.full_tiles(tiles)
+            live = n.live_tiles(order, t)
+            mu = [0] * len(n.ops)
+            for u in n.uses:
+                mu[u.op] += u.access.footprint_box({d: t[d] for d in u.dims}) * 4
+            for it in n.intermediates:
+                box = max(it.produce.footprint_box({d: live[d] for d in it.produce.dims}),
+                          it.consume.footprint_box({d: live[d] for d in it.consume.dims}))
+                box = min(box, it.produce.tensor.numel) * n.intermediate_copies * 4
+                mu[it.producer] += box
+                mu[it.consumer] += box
+            assert n.mu_ops(order, tiles) == mu, (order, tiles)
+            trips, units = n.trips(t), 1
+            for d in n.prefix(order, t):
+                if d in n.reductions:
+                    break
+                units *= trips[d]
+            assert n.parallel_units(order, tiles) == units, (order, tiles)
+
+
 def test_dominant_tiles_cover_every_trip_count():
     for E, g in ((512, 8), (208, 16), (49, 1), (100, 7)):
         cand = dominant_tiles(E, g)
