@@ -727,12 +727,14 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         oc = cpu_ms.get("ours")
         row["speedup_cpu"] = {k: v / oc for k, v in cpu_ms.items() if k != "ours" and oc}
         row["gflops_per_cpu_s"] = {k: flops / (v * 1e-3) / 1e9 for k, v in cpu_ms.items() if v > 0}
+        t_pred = time.perf_counter()
         row["server_prediction"] = predict_fusion_gain(spec, server_device())
+        row["seconds"]["server_prediction"] = time.perf_counter() - t_pred
         rows.append(row)
         log(f"{name:22s} {it['suite']:12s} ours {o:9.3f} ms ({row['peak_fraction']['ours']:.0%} of peak)  " +
             "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup"].items()) + f"  err {err:.1e}  | per CPU-s: " +
             "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup_cpu"].items()) +
-            f"  [{row['seconds']['prepare']:.0f} + {row['seconds']['timing']:.0f} s]")
+            "  [" + " + ".join(f"{v:.0f}" for v in row["seconds"].values()) + " s: " + ", ".join(row["seconds"]) + "]")
     ref_rows = [r for r in rows if r["suite"] == "reference"]
     mem_rows = [r for r in rows if r["suite"] == "memory_bound"]
 
@@ -799,6 +801,9 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                     "ran below the floor (the shared machine's half-speed state) was timed again, until the waiting "
                     "budget was spent (gave_up: later slots were timed whatever the state)"},
         "seconds": time.perf_counter() - t_start,
+        # where the run's time went (the rest: the peak measurement, the child processes' start, the summary)
+        "seconds_by_phase": {"metaschedule_tuning": sum(r["tune_s"] for r in ms_runs),
+                             **{k: sum(r["seconds"][k] for r in rows) for k in ("prepare", "timing", "server_prediction")}},
         "load_avg_start": list(load_start),
         "load_avg_end": list(os.getloadavg()),
     }
@@ -918,6 +923,8 @@ def summary_table(res: dict) -> str:
                      + (" (budget spent: later slots timed whatever the state)" if mp_.get("gave_up") else ""))
     lines.append(f"  total {res['seconds']:.0f} s; load average (1/5/15 min) at start {res.get('load_avg_start')}, "
                  f"at end {res.get('load_avg_end')}")
+    if res.get("seconds_by_phase"):
+        lines.append("  of which: " + ", ".join(f"{k} {v:.0f} s" for k, v in res["seconds_by_phase"].items()))
     return "\n".join(lines)
 
 
