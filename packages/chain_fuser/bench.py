@@ -734,7 +734,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         log(f"{name:22s} {it['suite']:12s} ours {o:9.3f} ms ({row['peak_fraction']['ours']:.0%} of peak)  " +
             "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup"].items()) + f"  err {err:.1e}  | per CPU-s: " +
             "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup_cpu"].items()) +
-            "  [" + " + ".join(f"{v:.0f}" for v in row["seconds"].values()) + " s: " + ", ".join(row["seconds"]) + "]")
+            "  [s: " + ", ".join(f"{k.split('_')[0]} {v:.0f}" for k, v in row["seconds"].items()) + "]")
     ref_rows = [r for r in rows if r["suite"] == "reference"]
     mem_rows = [r for r in rows if r["suite"] == "memory_bound"]
 

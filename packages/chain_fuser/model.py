@@ -541,11 +541,9 @@ def search_level(nest: ChainNest, capacity: int, bandwidth: float, *, top: int =
     counter = itertools.count()
     base = {d: 1 for d in nest.batch}
 
-    def score_of(order, tiles, dv) -> tuple[float, float]:
-        # the level's share of the predicted time: compute (slowed by idle cores) or the level's traffic
-        units = nest.parallel_units(order, tiles) if cores > 1 else 1
-        eff = units / (math.ceil(units / cores) * cores) if cores > 1 else 1.0
-        return (max(compute_s / eff, dv / bandwidth), dv)
+    def eff_of(order, tiles) -> float:
+        units = nest.parallel_units(order, tiles)
+        return units / (math.ceil(units / cores) * cores)
 
     def bound() -> tuple[float, float]:
         if len(best) >= top:
@@ -557,10 +555,19 @@ def search_level(nest: ChainNest, capacity: int, bandwidth: float, *, top: int =
         if order_ok is not None and not order_ok(order):
             continue
         seq = list(order)  # assign tiles outer to inner
+        # the parallel units are the trips of the prefix's leading data-parallel dims: once those are assigned
+        # (the first ``k_units`` of the order), the parallel efficiency of every tiling below is known, and the
+        # bound can count the idle cores (on a 64-core preset most leaves lost to them before this)
+        unit_dims = set(itertools.takewhile(lambda d: d not in nest.reductions, nest.prefix(order, base)))
+        k_units = max((i + 1 for i, d in enumerate(seq) if d in unit_dims), default=0)
 
-        def dfs(k: int, tiles: dict[str, int], dv: int | None = None):
+        def dfs(k: int, tiles: dict[str, int], dv: int | None = None, eff: float | None = None):
             if k == len(seq):
-                s = score_of(order, tiles, sum(nest.dv(order, tiles).values()) if dv is None else dv)
+                dv = sum(nest.dv(order, tiles).values()) if dv is None else dv
+                if eff is None:
+                    eff = eff_of(order, tiles) if cores > 1 else 1.0
+                # the level's share of the predicted time: compute (slowed by idle cores) or the level's traffic
+                s = (max(compute_s / eff, dv / bandwidth), dv)
                 if s < bound():
                     c = _Cand(s[0], order, tuple(sorted(tiles.items())))
                     heapq.heappush(best, ((-s[0], -s[1]), next(counter), c))
@@ -583,7 +590,14 @@ def search_level(nest: ChainNest, capacity: int, bandwidth: float, *, top: int =
                 dv_lb = sum(nest.dv(order, hi).values())
                 if (max(compute_s, dv_lb / bandwidth), dv_lb) >= bound():
                     break  # DV only grows as T shrinks; idle cores only add time
-                dfs(k + 1, t, dv_lb)  # at the last dim ``hi`` is the leaf's tiles: its DV is the leaf's
+                e = eff
+                if e is None and cores > 1 and k + 1 >= k_units:
+                    e = eff_of(order, t)  # this T completes the parallel dims
+                if e is not None and (max(compute_s / e, dv_lb / bandwidth), dv_lb) >= bound():
+                    if eff is not None:
+                        break  # efficiency fixed above this dim: the bound only grows as T shrinks
+                    continue  # this dim sets the efficiency, which a smaller T may raise
+                dfs(k + 1, t, dv_lb, e)  # at the last dim ``hi`` is the leaf's tiles: its DV is the leaf's
 
         dfs(0, dict(base))
     if not best:

@@ -156,6 +156,33 @@ def test_search_is_exact_against_exhaustive_enumeration():
     assert got.mu_bytes <= cap
 
 
+@pytest.mark.parametrize("spec,cores,cap", [(GemmChain(3, 10, 3, 4, 7), 8, 4 * 40),
+                                            (ConvChain(1, 2, 7, 6, 2, 3, 3, 3, 3, 3, glue="relu"), 6, 4 * 100)])
+def test_search_counting_idle_cores_is_exact_against_exhaustive_enumeration(spec, cores, cap):
+    # the score is (max(compute / parallel efficiency, DV / bandwidth), DV); the search prunes with the efficiency
+    # once the parallel dims are assigned (p and q for the conv): its best 3 must be the exhaustive best 3 over
+    # every order and every tiling (both cases fail if a dim that sets the efficiency ends its loop early, or if
+    # the efficiency is taken before every parallel dim has its tile)
+    n = chain_nest(spec)
+    compute_s, bw = 3e-6, 1e9
+
+    def score(order, t, dv):
+        units = n.parallel_units(order, t)
+        eff = units / (math.ceil(units / cores) * cores)
+        return (max(compute_s / eff, dv / bw), dv)
+
+    got = search_level(n, cap, bw, top=3, cores=cores, compute_s=compute_s)
+    best = []
+    for order in n.orders():
+        for vals in itertools.product(*[range(1, n.extents[d] + 1) for d in n.loops]):
+            t = dict(zip(n.loops, vals))
+            if n.mu(order, t) <= cap:
+                best.append(score(order, t, sum(n.dv(order, t).values())))
+    best.sort()
+    assert [score(lp.order, lp.tiles, lp.dv_bytes) for lp in got] == best[:3]
+    assert all(lp.mu_bytes <= cap for lp in got)
+
+
 def test_search_infeasible_raises():
     n = chain_nest(GemmChain(1, 64, 64, 64, 64))
     with pytest.raises(InfeasiblePlanError, match="no tiles fit"):
