@@ -552,7 +552,15 @@ def _prefix(order) -> list[str]:
 
 
 def _fit_tile(extent: int, tile: int, gran: int) -> int:
-    """The largest multiple of ``gran`` that divides ``extent`` and is ≤ ``tile`` (≥ gran)."""
+    """The largest multiple of ``gran`` that divides ``extent`` and is ≤ ``tile`` (≥ gran); a tile within one
+    granule of ``extent`` (a padded extent) is the whole extent.
+
+    Why the second rule: the model plans over the unpadded extents, so a whole-extent tile of an odd size arrives
+    here one granule short of the padded extent, and the largest divisor below it can be tiny. ViT-B attention
+    (197 tokens, padded to 208 = 13 × 16): the plan's whole score row became 13 blocks of 16 columns, each with its
+    own row max, sum and rescaled partial output (2.05 ms; as one block of 208: 1.17 ms, 2 threads, interleaved)."""
+    if tile > extent - gran:
+        return extent
     tile = max(gran, min(tile, extent))
     best = gran
     for t in range(gran, tile + 1, gran):
