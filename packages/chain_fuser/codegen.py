@@ -329,10 +329,26 @@ def _tiles(spec: GemmChain, plan: Plan, ks: GemmKernelShape) -> tuple[list[str],
     lp = plan.fused
     order = [d for d in lp.order if d in ("m", "l", "k", "n")]
     order += [d for d in ("m", "l", "k", "n") if d not in order]  # dims of extent 1 are not in the plan's order
+    return order, fit_gemm_tiles(spec, ks, lp.tiles)
+
+
+def fit_gemm_tiles(spec: GemmChain, ks: GemmKernelShape, tiles) -> dict[str, int]:
+    """A GEMM chain plan's tiles as the kernel realises them: each dividing its padded extent, in multiples of the
+    micro kernel. Used by the code generator and by the planner (``planner.realised``), so the model prices the
+    tiles the kernel runs.
+
+    Attention's l tile: the model plans over the unpadded extent, so a whole score row of an odd length arrives one
+    panel short of the padded row, and the largest dividing multiple below it can be one panel. ViT-B attention
+    (197 tokens, padded to 208 = 13 × 16): the plan's whole rows became 13 blocks of 16 columns, each with its own
+    row max, sum and rescaled partial output: 2.05 ms; with whole rows of 208, 1.17 ms (2 threads, interleaved;
+    our unfused kernel 1.16 ms). So an l tile within one panel of the padded row is the whole row. (The same rule
+    for m made that kernel's 198 rows one block of scores, 165 kB: 2.07 ms; m keeps the dividing rule.)"""
     ext = {"m": ks.Mp, "l": ks.Lp, "n": ks.Np, "k": ks.K}
     gran = {"m": ks.mr, "l": ks.nr, "n": ks.nr, "k": 1}
-    T = {d: _fit_tile(ext[d], int(lp.tiles.get(d, ext[d])), gran[d]) for d in ext}
-    return order, T
+    T = {d: _fit_tile(ext[d], int(tiles.get(d, ext[d])), gran[d]) for d in ext}
+    if spec.glue == "softmax" and int(tiles.get("l", ks.Lp)) > ks.Lp - ks.nr:
+        T["l"] = ks.Lp
+    return T
 
 
 def _gemm_root(sch, blk, T_row, T_col, T_red, mr, nr, col_first=False):
@@ -552,15 +568,7 @@ def _prefix(order) -> list[str]:
 
 
 def _fit_tile(extent: int, tile: int, gran: int) -> int:
-    """The largest multiple of ``gran`` that divides ``extent`` and is ≤ ``tile`` (≥ gran); a tile within one
-    granule of ``extent`` (a padded extent) is the whole extent.
-
-    Why the second rule: the model plans over the unpadded extents, so a whole-extent tile of an odd size arrives
-    here one granule short of the padded extent, and the largest divisor below it can be tiny. ViT-B attention
-    (197 tokens, padded to 208 = 13 × 16): the plan's whole score row became 13 blocks of 16 columns, each with its
-    own row max, sum and rescaled partial output (2.05 ms; as one block of 208: 1.17 ms, 2 threads, interleaved)."""
-    if tile > extent - gran:
-        return extent
+    """The largest multiple of ``gran`` that divides ``extent`` and is ≤ ``tile`` (≥ gran)."""
     tile = max(gran, min(tile, extent))
     best = gran
     for t in range(gran, tile + 1, gran):

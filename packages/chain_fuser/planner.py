@@ -145,12 +145,11 @@ def realised(spec, lp: LevelPlan, mk: MicroKernel, cores: int = 1) -> tuple[tupl
     conv: :func:`conv.fit_tiles`, over ``cores``). Dims with one block are dropped from the order: plans that differ
     only there compile to the same kernel."""
     if isinstance(spec, GemmChain):
-        from .codegen import _fit_tile, kernel_shape
+        from .codegen import fit_gemm_tiles, kernel_shape
 
         ks = kernel_shape(spec, mk)
         ext = {"m": ks.Mp, "l": ks.Lp, "n": ks.Np, "k": ks.K}
-        gran = {"m": ks.mr, "l": ks.nr, "n": ks.nr, "k": 1}
-        T = {d: _fit_tile(ext[d], int(lp.tiles.get(d, ext[d])), gran[d]) for d in ext}
+        T = fit_gemm_tiles(spec, ks, lp.tiles)
         order = [d for d in lp.order if d in ext]
         order += [d for d in ext if d not in order]
         return tuple(d for d in order if T[d] < ext[d]), T

@@ -192,22 +192,25 @@ def test_single_image_conv_chain_packs_per_thread(monkeypatch):
     assert _pack_per_thread(conv_kernel_shape(two, plan), T, two) == 0
 
 
-def test_a_whole_odd_extent_tile_stays_whole_after_padding():
-    from chain_fuser.codegen import _fit_tile
+def test_attention_whole_score_rows_of_an_odd_length_stay_whole_after_padding():
+    from chain_fuser.codegen import _fit_tile, kernel_shape
     from chain_fuser.planner import realised
 
-    # within one granule of the padded extent: the whole extent; else the largest dividing multiple, as before
-    assert _fit_tile(208, 197, 16) == 208 and _fit_tile(210, 208, 6) == 210 and _fit_tile(56, 56, 1) == 56
-    assert _fit_tile(208, 80, 16) == 16 and _fit_tile(512, 200, 16) == 128 and _fit_tile(35, 20, 5) == 5
-    # ViT-B attention's 197 tokens (padded to 208 = 13 x 16 with 16-wide panels): a plan with whole score rows keeps them whole (it
-    # was realised as 13 blocks of 16 columns, each with its own max, sum and rescaled partial output)
+    assert _fit_tile(208, 197, 16) == 16 and _fit_tile(208, 80, 16) == 16 and _fit_tile(512, 200, 16) == 128
+    # ViT-B attention's 197 tokens (padded to whole panels): a plan with whole score rows keeps them whole (it was
+    # realised as 13 blocks of 16 columns, each with its own max, sum and rescaled partial output); rows (m) and
+    # chains without softmax keep the dividing rule
     spec = GemmChain(2, 197, 64, 64, 197, glue="softmax", scale=0.125, bt=True)
     whole = [p for p in plan_chain(spec, top_k=4) if p.fused.tiles["l"] >= 197]
     assert whole
-    from chain_fuser.codegen import kernel_shape
-
+    ks = kernel_shape(spec, whole[0].micro)
     _, T = realised(spec, whole[0].fused, whole[0].micro)
-    assert T["l"] == kernel_shape(spec, whole[0].micro).Lp > 197
+    assert T["l"] == ks.Lp > 197 and T["m"] == _fit_tile(ks.Mp, whole[0].fused.tiles["m"], ks.mr)
+    plain = GemmChain(2, 197, 64, 64, 197)
+    p = [p for p in plan_chain(plain, top_k=4) if p.fused.tiles.get("l", 0) >= 197]
+    if p:
+        ksp = kernel_shape(plain, p[0].micro)
+        assert realised(plain, p[0].fused, p[0].micro)[1]["l"] == _fit_tile(ksp.Lp, p[0].fused.tiles["l"], ksp.nr)
     ins = random_inputs(spec)
     k = build_kernel(spec, whole[0], use_cache=False)
     torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-4)
