@@ -206,6 +206,7 @@ class ChainNest:
         self._prefix_memo: dict = {}
         self._box_memo: dict = {}
         self._simple_memo: dict = {}
+        self._sweep_memo: dict = {}
 
     def _halo_dim(self, i: int, d: str) -> bool:
         return any(len(e.terms) > 1 and d in e.dims for a in self.ops[i].accesses for e in a.indices
@@ -271,11 +272,10 @@ class ChainNest:
             return v
         # memoised by the tiles of u's own dims: the tile search asks for the same boxes many times (halo
         # accesses are counted exactly, block by block, which is the search's main cost for conv chains)
-        cache = self.__dict__.setdefault("_sweep_cache", {})
         key = (id(u), tuple(tiles[d] for d in u.sorted_dims))
-        v = cache.get(key)
+        v = self._sweep_memo.get(key)
         if v is None:
-            v = cache[key] = self._sweep_elems_raw(u, tiles)
+            v = self._sweep_memo[key] = self._sweep_elems_raw(u, tiles)
         return v
 
     def _box(self, acc: Access, dims: tuple[str, ...], tiles: Mapping[str, int]) -> int:
@@ -336,15 +336,17 @@ class ChainNest:
 
     def live_tiles(self, order: Sequence[str], tiles: Mapping[str, int]) -> dict[str, int]:
         """Tile sizes the intermediates are held at: prefix dims tiled, every other dim at full extent."""
-        t = self.full_tiles(tiles)
-        pre = set(self.prefix(order, t))
+        return self._live(order, self.full_tiles(tiles))
+
+    def _live(self, order: Sequence[str], t: Mapping[str, int]) -> dict[str, int]:
+        """:meth:`live_tiles` of tiles that are already full (:meth:`full_tiles`)."""
+        pre = self.prefix(order, t)
         return {d: (t[d] if d in pre else e) for d, e in self.extents.items()}
 
     def mu_ops(self, order: Sequence[str], tiles: Mapping[str, int]) -> list[int]:
         """Bytes each op needs resident at once (its tensors' tile boxes plus live intermediates)."""
         t = self.full_tiles(tiles)
-        pre = self.prefix(order, t)
-        live = {d: (t[d] if d in pre else e) for d, e in self.extents.items()}  # as live_tiles (t is full already)
+        live = self._live(order, t)
         mu = [0] * len(self.ops)
         for u in self.uses:
             mu[u.op] += self._box(u.access, u.sorted_dims, t) * u.elem_bytes

@@ -208,9 +208,9 @@ def test_attention_whole_score_rows_of_an_odd_length_stay_whole_after_padding():
     assert T["l"] == ks.Lp > 197 and T["m"] == _fit_tile(ks.Mp, whole[0].fused.tiles["m"], ks.mr)
     plain = GemmChain(2, 197, 64, 64, 197)
     p = [p for p in plan_chain(plain, top_k=4) if p.fused.tiles.get("l", 0) >= 197]
-    if p:
-        ksp = kernel_shape(plain, p[0].micro)
-        assert realised(plain, p[0].fused, p[0].micro)[1]["l"] == _fit_tile(ksp.Lp, p[0].fused.tiles["l"], ksp.nr)
+    assert p
+    ksp = kernel_shape(plain, p[0].micro)
+    assert realised(plain, p[0].fused, p[0].micro)[1]["l"] == _fit_tile(ksp.Lp, p[0].fused.tiles["l"], ksp.nr)
     ins = random_inputs(spec)
     k = build_kernel(spec, whole[0], use_cache=False)
     torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-4)
