@@ -125,10 +125,24 @@ class FusedKernel:
     from_cache: bool = False
     measured_ms: float | None = None
     info: dict = field(default_factory=dict)
+    algorithm: str = "direct"
+    """``direct``, or ``winograd<m>``: conv1 by Winograd ``F(m×m, 3×3)`` (:mod:`chain_fuser.winograd`), unfused."""
 
     @property
     def name(self) -> str:
-        return f"{self.spec.name}[{'fused' if self.fused else 'unfused'} {self.plan.micro.name}]"
+        how = "fused" if self.fused else "unfused" if self.algorithm == "direct" else self.algorithm
+        return f"{self.spec.name}[{how} {self.plan.micro.name}]"
+
+    @property
+    def executed_flops(self) -> int:
+        """The multiply-adds (×2) this kernel executes: the chain's own count for direct kernels; for Winograd, its
+        batched GEMM (padded tiles and channels included) and conv2, the work the hardware does (the fraction of the
+        FMA peak is then a measure of the kernel, not of the algorithm's saving)."""
+        if self.algorithm == "direct":
+            return self.spec.flops
+        from .winograd import executed_flops, tile_of
+
+        return executed_flops(self.spec, self.plan, tile_of(self.algorithm))
 
     # --- calling ----------------------------------------------------------------------------------------------
     def _call_info(self) -> dict:
@@ -280,7 +294,11 @@ def _unit_scale(spec):
 
 
 # --- building and caching -------------------------------------------------------------------------------------------
-def _schedule(spec, plan: Plan, fused: bool):
+def _schedule(spec, plan: Plan, fused: bool, algorithm: str = "direct"):
+    if algorithm != "direct":
+        from .winograd import schedule_winograd_chain, tile_of
+
+        return schedule_winograd_chain(spec, plan, tile_of(algorithm))
     if isinstance(spec, GemmChain):
         from .codegen import schedule_gemm_chain
 
@@ -292,34 +310,41 @@ def _schedule(spec, plan: Plan, fused: bool):
     raise UnsupportedChainError(str(spec), "no code generator for this spec")
 
 
-def _kernel_key(spec, plan: Plan, fused: bool, device=None) -> str:
+def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "direct") -> str:
     tvm = import_tvm()
+    extra = () if algorithm == "direct" else (algorithm, _WINOGRAD_VERSION)  # direct kernels keep their keys
     return cache.entry_key("kernel", spec.key, plan_signature(plan), fused, cache.hardware_key(device),
-                           tvm.__version__, _CODEGEN_VERSION)
+                           tvm.__version__, _CODEGEN_VERSION, *extra)
 
 
 _CODEGEN_VERSION = 14  # bump when generated code changes: stale cached kernels are then ignored
+_WINOGRAD_VERSION = 1  # the same, for the Winograd kernels alone
 
 
-def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True) -> FusedKernel:
-    """Compile ``plan`` for ``spec`` (or load it from the on-disk cache)."""
+def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
+                 algorithm: str = "direct") -> FusedKernel:
+    """Compile ``plan`` for ``spec`` (or load it from the on-disk cache). ``algorithm``: ``direct`` (the plan's
+    fused or unfused kernel), or ``winograd2``/``winograd4`` for a conv chain (conv1 by Winograd, unfused; the
+    plan gives the micro kernel)."""
     tvm = import_tvm()
-    key = _kernel_key(spec, plan, fused)
+    if algorithm != "direct":
+        fused = False
+    key = _kernel_key(spec, plan, fused, algorithm=algorithm)
     so = cache.entry_path(key, ".so")
     if use_cache and os.path.exists(so):
         t = time.perf_counter()
         mod = tvm.runtime.load_module(so)
-        return FusedKernel(spec, plan, mod, fused, time.perf_counter() - t, True)
+        return FusedKernel(spec, plan, mod, fused, time.perf_counter() - t, True, algorithm=algorithm)
     from .codegen import target
 
     t = time.perf_counter()
-    mod = tvm.build(_schedule(spec, plan, fused), target=target())
+    mod = tvm.build(_schedule(spec, plan, fused, algorithm), target=target())
     dt = time.perf_counter() - t
     if use_cache:
         tmp = f"{so}.tmp{os.getpid()}.so"
         mod.export_library(tmp)
         os.replace(tmp, so)
-    return FusedKernel(spec, plan, mod, fused, dt, False)
+    return FusedKernel(spec, plan, mod, fused, dt, False, algorithm=algorithm)
 
 
 @dataclass
@@ -364,7 +389,8 @@ _MODEL_VERSION = 6  # bump when the planner's ranking changes: cached choices (a
 
 
 def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int = 3, repeat: int = 7,
-         check: bool = True, include_unfused: bool | None = None) -> tuple[FusedKernel, TuneReport]:
+         check: bool = True, include_unfused: bool | None = None,
+         winograd: tuple[int, ...] = (2,)) -> tuple[FusedKernel, TuneReport]:
     """Plan with the model, compile its top ``top_k`` plans, time them, keep the fastest. The choice and the
     kernels are cached on disk (keyed by shape, dtype and hardware): a second call loads them without compiling
     or measuring.
@@ -372,7 +398,12 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     ``include_unfused``: also time the unfused kernel (same micro kernel, the model's first plan's tiles) and keep
     it if it is the fastest; ``None`` (default): when the model predicts it within ``UNFUSED_MARGIN`` of the best
     fused plan (``planner.unfused_competitive``: compute-bound chains whose intermediate fits the caches), never
-    for chains where fusion saves the memory traffic that bounds them."""
+    for chains where fusion saves the memory traffic that bounds them.
+
+    ``winograd``: for a conv chain with a 3×3 conv1, the Winograd tile sizes ``m`` whose kernels
+    (:mod:`chain_fuser.winograd`, conv1 by ``F(m×m, 3×3)``) are candidates too. The default ``(2,)``: its rounding
+    error is that of the direct conv; ``4`` does 1.8× fewer multiplications still but has 15-25× the error (below
+    the check's tolerance, above a 1e-5 absolute one), so it is opt-in. ``()``: direct kernels only."""
     import torch
 
     from .planner import plan_chain, unfused_competitive
@@ -381,38 +412,50 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     plans = plan_chain(spec, device, top_k=top_k)
     if include_unfused is None:
         include_unfused = unfused_competitive(spec, plans[0], device)
+    from .winograd import supported as winograd_supported
+
+    algos = [f"winograd{m}" for m in winograd] if isinstance(spec, ConvChain) and winograd_supported(spec) else []
     tkey = cache.entry_key("tune", spec.key, top_k, bool(include_unfused), cache.hardware_key(device),
-                           _CODEGEN_VERSION, _MODEL_VERSION)
+                           _CODEGEN_VERSION, _MODEL_VERSION,
+                           *((tuple(algos), _WINOGRAD_VERSION) if algos else ()))
     saved = cache.load_json(tkey) if use_cache else None
     if saved is not None:
         sig, bsig = saved["chosen_signature"], saved.get("best_fused_signature", saved["chosen_signature"])
         match = [p for p in plans if plan_signature(p) == sig]
         fmatch = [p for p in plans if plan_signature(p) == bsig]
         if match and fmatch:
-            chosen_fused = bool(saved["candidates"][saved["chosen"]].get("fused", True))
-            k = build_kernel(spec, match[0], chosen_fused, use_cache)
+            chosen = saved["candidates"][saved["chosen"]]
+            chosen_fused = bool(chosen.get("fused", True))
+            algorithm = chosen.get("algorithm", "direct")
+            k = build_kernel(spec, match[0], chosen_fused, use_cache, algorithm)
             if k.from_cache:
-                k.measured_ms = saved["candidates"][saved["chosen"]]["measured_ms"]
+                k.measured_ms = chosen["measured_ms"]
                 rep = TuneReport(spec.key, saved["candidates"], saved["chosen"], 0, True, time.perf_counter() - t0)
                 rep.best_fused_kernel = k if chosen_fused else build_kernel(spec, fmatch[0], True, use_cache)
-                if not chosen_fused:
+                if not chosen_fused and algorithm == "direct":
                     rep.unfused_kernel = k
                 return k, rep
     ins = random_inputs(spec)
     ref = reference(spec, *ins) if check else None
     cands, kernels = [], []
-    todo = [(p, True) for p in plans] + ([(plans[0], False)] if include_unfused else [])
-    for i, (p, fused) in enumerate(todo):
-        k = build_kernel(spec, p, fused, use_cache)
+    todo = [(p, True, "direct") for p in plans] + ([(plans[0], False, "direct")] if include_unfused else [])
+    unfused_at = len(todo) - 1 if include_unfused else None
+    todo += [(plans[0], False, a) for a in algos]  # the first plan's micro kernel
+    for i, (p, fused, algorithm) in enumerate(todo):
+        k = build_kernel(spec, p, fused, use_cache, algorithm)
         if check:
             got = k(*ins)
             if not torch.allclose(got, ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()) + 1e-5):
-                raise AssertionError(f"{spec.name}: plan {i} ({plan_signature(p)}, fused={fused}) gives wrong results "
-                                     f"(max error {float((got - ref).abs().max()):.3g})")
+                raise AssertionError(f"{spec.name}: plan {i} ({plan_signature(p)}, fused={fused}, {algorithm}) gives "
+                                     f"wrong results (max error {float((got - ref).abs().max()):.3g})")
         kernels.append(k)
-        cands.append({"rank": i, **plan_signature(p), "fused": fused, "predicted_ms": p.predicted_s * 1e3,
-                      "build_s": k.build_s, "fusion_level": p.fusion_level if fused else None,
-                      "predicted_overhead_ms": p.overhead_s * 1e3})
+        cand = {"rank": i, **plan_signature(p), "fused": fused, "predicted_ms": p.predicted_s * 1e3,
+                "build_s": k.build_s, "fusion_level": p.fusion_level if fused else None,
+                "predicted_overhead_ms": p.overhead_s * 1e3}
+        if algorithm != "direct":
+            # not modelled: the model plans direct kernels; a Winograd kernel is measured against them
+            cand.update(algorithm=algorithm, predicted_ms=None, predicted_overhead_ms=None)
+        cands.append(cand)
     # candidates timed interleaved (round robin), so that a load change on a shared machine hits all of them
     import statistics
 
@@ -440,7 +483,7 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     best = min(range(len(cands)), key=lambda i: cands[i]["measured_ms"])
     best_fused = min((i for i in range(len(cands)) if cands[i]["fused"]), key=lambda i: cands[i]["measured_ms"])
     rep = TuneReport(spec.key, cands, best, 0, False, time.perf_counter() - t0, kernels[best_fused],
-                     kernels[-1] if include_unfused else None)
+                     kernels[unfused_at] if unfused_at is not None else None)
     if use_cache:
         cache.save_json(tkey, {"spec": spec.key, "candidates": cands, "chosen": best,
                                "chosen_signature": plan_signature(todo[best][0]),

@@ -35,7 +35,7 @@ def test_conv_3x3_3x3_halo_blocks_correct(fused):
 def test_tune_measures_unfused_candidate(tmp_path, monkeypatch):
     monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
     spec = ConvChain(1, 4, 8, 14, 32, 3, 3, 32, 3, 3, glue="relu")
-    k, rep = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True)
+    k, rep = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True, winograd=())
     fused_flags = [c["fused"] for c in rep.candidates]
     assert fused_flags[-1] is False and all(fused_flags[:-1])
     ms = [c["measured_ms"] for c in rep.candidates]
@@ -46,7 +46,7 @@ def test_tune_measures_unfused_candidate(tmp_path, monkeypatch):
     assert rep.model_pick_vs_best >= 1.0  # over the fused top K only
     ins = random_inputs(spec)
     torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-4)
-    k2, rep2 = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True)
+    k2, rep2 = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True, winograd=())
     assert rep2.from_cache and k2.fused == k.fused and rep2.best_fused_kernel.fused
 
 

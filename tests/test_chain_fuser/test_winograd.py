@@ -1,0 +1,94 @@
+"""Winograd conv1 kernels (chain_fuser.winograd): the transforms are exact, the kernels match PyTorch on odd sizes,
+and the measured re-ranking treats them as candidates."""
+import random
+from fractions import Fraction
+
+import pytest
+
+pytest.importorskip("tvm")
+torch = pytest.importorskip("torch")
+
+from chain_fuser.kernel import build_kernel, random_inputs, reference, tune  # noqa: E402
+from chain_fuser.planner import plan_chain  # noqa: E402
+from chain_fuser.spec import ConvChain  # noqa: E402
+from chain_fuser.winograd import _MATRICES, executed_flops, supported, tile_of  # noqa: E402
+
+
+@pytest.mark.parametrize("m", sorted(_MATRICES))
+def test_transform_matrices_compute_a_3_tap_correlation_exactly(m):
+    """Aᵀ[(G g) ⊙ (Bᵀ d)] = the m outputs of correlating d (m + 2 values) with g (3 taps), in exact arithmetic."""
+    mats = _MATRICES[m]
+    rng = random.Random(m)
+    for _ in range(20):
+        d = [Fraction(rng.randint(-9, 9)) for _ in range(m + 2)]
+        g = [Fraction(rng.randint(-9, 9)) for _ in range(3)]
+        v = [sum(b * x for b, x in zip(row, d)) for row in mats["BT"]]
+        u = [sum(c * x for c, x in zip(row, g)) for row in mats["G"]]
+        y = [sum(a * p * q for a, p, q in zip(row, u, v)) for row in mats["AT"]]
+        assert y == [sum(d[i + k] * g[k] for k in range(3)) for i in range(m)]
+
+
+CASES = [ConvChain(1, 16, 8, 8, 32, 3, 3, 16, 1, 1, glue="relu"),
+         ConvChain(2, 3, 7, 9, 20, 3, 3, 5, 3, 3, glue="relu", bias1=True, bias2=True),  # odd everything, N = 2
+         ConvChain(1, 20, 11, 5, 33, 3, 3, 17, 1, 1, glue="none", bias1=True),  # partial channel blocks and panels
+         ConvChain(1, 32, 14, 14, 64, 3, 3, 32, 3, 3, glue="relu", bias2=True)]
+
+
+def _rel_error(k, spec):
+    ins = random_inputs(spec)
+    ref = reference(spec, *ins)
+    return float((k(*ins) - ref).abs().max() / ref.abs().max())
+
+
+@pytest.mark.parametrize("spec", CASES, ids=lambda s: s.key)
+def test_winograd2_matches_torch_with_the_error_of_a_direct_conv(spec):
+    plan = plan_chain(spec, top_k=1)[0]
+    k = build_kernel(spec, plan, use_cache=False, algorithm="winograd2")
+    assert not k.fused and k.algorithm == "winograd2" and "winograd2" in k.name
+    direct = build_kernel(spec, plan, fused=False, use_cache=False)
+    # measured: 2-9e-7 of the output's largest value, as the direct kernel (F(2, 3)'s coefficients are 0, ±1, ±½)
+    assert _rel_error(k, spec) < max(3e-6, 4 * _rel_error(direct, spec))
+
+
+def test_winograd4_matches_torch_within_its_larger_error():
+    spec = CASES[1]
+    k = build_kernel(spec, plan_chain(spec, top_k=1)[0], use_cache=False, algorithm="winograd4")
+    assert _rel_error(k, spec) < 3e-5  # measured 1-4e-6 here; 1.7-3.2e-5 of |y|max at C = 32..128
+
+
+def test_winograd_executes_fewer_multiplications_on_a_large_conv1():
+    spec = ConvChain(1, 128, 28, 28, 256, 3, 3, 128, 1, 1, glue="relu")  # Darknet-19's chain
+    plan = plan_chain(spec, top_k=1)[0]
+    conv1 = 2 * 28 * 28 * 256 * 128 * 9
+    conv2 = spec.flops - conv1
+    # (m + 2)² products per m² outputs instead of 9 m², on padded tiles/channels: 2.25× and 4× fewer at most
+    assert conv1 / 2.25 <= executed_flops(spec, plan, 2) - conv2 < conv1 / 2.0
+    assert conv1 / 4 <= executed_flops(spec, plan, 4) - conv2 < conv1 / 3.0
+
+
+def test_tune_measures_winograd_candidates_and_restores_the_choice_from_its_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    spec = ConvChain(1, 32, 14, 14, 64, 3, 3, 32, 1, 1, glue="relu")
+    k, rep = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True)
+    algos = [c.get("algorithm", "direct") for c in rep.candidates]
+    assert algos == ["direct", "direct", "direct", "winograd2"]
+    assert rep.candidates[-1]["predicted_ms"] is None  # measured, not modelled
+    ms = [c["measured_ms"] for c in rep.candidates]
+    assert ms[rep.chosen] == min(ms)
+    assert k.algorithm == algos[rep.chosen]
+    assert rep.unfused_kernel is not None and rep.unfused_kernel.algorithm == "direct"
+    assert not rep.unfused_kernel.fused and rep.best_fused_kernel.fused
+    ins = random_inputs(spec)
+    torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-4)
+    k2, rep2 = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True)
+    assert rep2.from_cache and k2.algorithm == k.algorithm and k2.fused == k.fused
+    _, rep3 = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True, winograd=())
+    assert all("algorithm" not in c for c in rep3.candidates)
+
+
+def test_winograd_only_for_a_3x3_first_conv_and_known_tiles():
+    assert not supported(ConvChain(1, 8, 8, 8, 8, 1, 1, 8, 3, 3))
+    assert supported(ConvChain(1, 8, 8, 8, 8, 3, 3, 8, 1, 1))
+    assert tile_of("winograd4") == 4
+    with pytest.raises(ValueError, match="winograd3"):
+        tile_of("winograd3")
