@@ -174,8 +174,9 @@ def measure_vs_eager(spec, kernel, use_cache: bool = True, repeat: int = 7) -> t
     from .bench import time_interleaved
     from .kernel import _CODEGEN_VERSION, plan_signature, random_inputs, reference
 
+    extra = () if kernel.algorithm == "direct" else (kernel.algorithm,)
     key = cache.entry_key("vs_eager_warm", spec.key, plan_signature(kernel.plan), kernel.fused,
-                          cache.hardware_key(), _CODEGEN_VERSION)
+                          cache.hardware_key(), _CODEGEN_VERSION, *extra)
     saved = cache.load_json(key) if use_cache else None
     if saved is not None:
         return saved["fused_ms"], saved["eager_ms"]
@@ -254,8 +255,9 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
                                                    f"ms, eager PyTorch {eager_ms:.3f} ms", spec, kernel, rep))
                     continue
             _rewrite(gm, ch, spec, kernel, nodes, src, linear)
-            decisions.append(ChainDecision(ch.names, True, f"{kernel.plan.micro.name}, order "
-                                           f"{','.join(kernel.plan.fused.order)}", spec, kernel, rep))
+            how = (f"{kernel.plan.micro.name}, order {','.join(kernel.plan.fused.order)}"
+                   if kernel.algorithm == "direct" else f"{kernel.algorithm} ({kernel.plan.micro.name})")
+            decisions.append(ChainDecision(ch.names, True, how, spec, kernel, rep))
         except (ChainFuserError, ChainDTypeError) as e:
             decisions.append(ChainDecision(ch.names, False, str(e)))
     for d in decisions:

@@ -318,7 +318,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
 
 
 _CODEGEN_VERSION = 14  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 2  # the same, for the Winograd kernels alone
+_WINOGRAD_VERSION = 3  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
@@ -412,6 +412,7 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     plans = plan_chain(spec, device, top_k=top_k)
     if include_unfused is None:
         include_unfused = unfused_competitive(spec, plans[0], device)
+    from .winograd import plan_for as winograd_plan
     from .winograd import supported as winograd_supported
 
     algos = [f"winograd{m}" for m in winograd] if isinstance(spec, ConvChain) and winograd_supported(spec) else []
@@ -421,7 +422,9 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     saved = cache.load_json(tkey) if use_cache else None
     if saved is not None:
         sig, bsig = saved["chosen_signature"], saved.get("best_fused_signature", saved["chosen_signature"])
-        match = [p for p in plans if plan_signature(p) == sig]
+        chosen_algo = saved["candidates"][saved["chosen"]].get("algorithm", "direct")
+        pool = plans + ([winograd_plan(spec, plans, device)] if chosen_algo != "direct" else [])
+        match = [p for p in pool if plan_signature(p) == sig]
         fmatch = [p for p in plans if plan_signature(p) == bsig]
         if match and fmatch:
             chosen = saved["candidates"][saved["chosen"]]
@@ -440,7 +443,9 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     cands, kernels = [], []
     todo = [(p, True, "direct") for p in plans] + ([(plans[0], False, "direct")] if include_unfused else [])
     unfused_at = len(todo) - 1 if include_unfused else None
-    todo += [(plans[0], False, a) for a in algos]  # the first plan's micro kernel
+    if algos:
+        wplan = winograd_plan(spec, plans, device)
+        todo += [(wplan, False, a) for a in algos]
     for i, (p, fused, algorithm) in enumerate(todo):
         k = build_kernel(spec, p, fused, use_cache, algorithm)
         if check:

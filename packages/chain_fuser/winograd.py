@@ -79,6 +79,25 @@ def executed_flops(spec: ConvChain, plan: Plan, m: int) -> int:
     return conv1 + 2 * spec.N * spec.H * spec.W * spec.K2 * spec.K1 * spec.R2 * spec.S2
 
 
+def plan_for(spec: ConvChain, plans: list[Plan], device=None) -> Plan:
+    """The plan whose micro kernel the Winograd kernel uses: the model's best with two-vector panels (``nr`` = 2
+    lanes), planned for that kernel when none of ``plans`` has one. Why: the batched GEMMs reduce over only 32-128
+    channels; measured (interleaved, 2 threads) Darknet-19 1.44 ms with its plan's 4×64, 1.33 ms with 14×32 or
+    12×32, and the nr = 32 kernels within 3 % of each other on every reference chain (the rows per register block
+    are chosen per block anyway: :func:`block_tile_rows`)."""
+    from . import hw
+    from .planner import MR_CHOICES, plan_chain
+
+    lanes = plans[0].micro.vector_lanes
+    for p in plans:
+        if p.micro.nr == 2 * lanes:
+            return p
+    mks = [k for k in hw.micro_kernels(device) if k.nr == 2 * lanes and k.mr in MR_CHOICES]
+    if not mks:
+        return plans[0]
+    return plan_chain(spec, device, top_k=1, micro=max(mks, key=lambda k: k.mr))[0]
+
+
 def supported(spec: ConvChain) -> bool:
     """Winograd applies to conv1 when it is 3×3 (stride 1, 'same' padding: the only convs a ConvChain holds)."""
     return spec.R1 == 3 and spec.S1 == 3
