@@ -24,6 +24,10 @@ class ChainsExperiment:
     """small or full: the conv suite's shape sizes (full: the reference's)."""
     plots: bool = True
     """Write the bar plot of speedups."""
+    torch_in_process: bool = False
+    """Time eager PyTorch in this process (the old way). Default: in a child process of its own, as the benchmark
+    does (``bench.TorchServer``): in one process, torch's OpenMP workers and TVM's pool took the cores from each
+    other, and eager times of the same chain ranged over 1.7-66 ms between runs (Darknet-19, 2 threads)."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):

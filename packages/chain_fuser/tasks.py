@@ -30,13 +30,10 @@ def _device_or_none(hardware: dict | None):
 def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, hardware, out_dir: str) -> dict:
     import torch
 
-    from shared_ir import atomic_write_text
     from shared_ir.hostinfo import num_cores
 
-    from .bench import geomean, time_interleaved, torch_eager
-    from .kernel import build_kernel, random_inputs, tune
+    from .bench import TorchServer
     from .peak import fma_peak_gflops
-    from .planner import predict_fusion_gain
 
     torch.set_num_threads(num_cores())
     dev = _device_or_none(hardware)
@@ -50,25 +47,49 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
             raise ValidationError("task.shapes", f"unknown shapes {bad}; the {suite} suite has {known}", bad)
         items = [(n, s) for n, s in items if n in cfg.shapes]
     rows = []
-    for name, spec in items:
-        ins = random_inputs(spec)
-        k, rep = tune(spec, top_k=cfg.top_k)
-        variants = {"ours": lambda k=k: k(*ins), "torch": torch_eager(spec, ins)}
-        if cfg.unfused:
-            u = rep.unfused_kernel if rep.unfused_kernel is not None else build_kernel(spec, k.plan, fused=False)
-            variants["tvm_unfused"] = lambda u=u: u(*ins)
-        ms = time_interleaved(variants, cfg.repeat, cfg.budget_s)
-        pred = predict_fusion_gain(spec, dev)
-        row = {"shape": name, "ours_ms": ms["ours"], "torch_ms": ms["torch"],
-               "speedup_vs_torch": ms["torch"] / ms["ours"],
-               "tvm_unfused_ms": ms.get("tvm_unfused"),
-               "speedup_vs_unfused": ms["tvm_unfused"] / ms["ours"] if "tvm_unfused" in ms else None,
-               # executed multiply-adds: a Winograd kernel's own (fewer than the chain's), as the benchmark counts
-               "gflops": k.executed_flops / ms["ours"] / 1e6, "peak_fraction": k.executed_flops / ms["ours"] / 1e6 / peak,
-               "model_pick_vs_best": rep.model_pick_vs_best, "algorithm": k.algorithm, "micro_kernel": k.plan.micro.name,
-               "order": ",".join(k.plan.fused.order), "predicted_ms": k.plan.predicted_s * 1e3,
-               "predicted_fusion_gain": pred["predicted_gain"]}
-        rows.append(row)
+    server = None if cfg.torch_in_process else TorchServer(num_cores())
+    try:
+        for name, spec in items:
+            rows.append(_suite_row(name, spec, cfg, server, dev, peak))
+    finally:
+        if server is not None:
+            server.close()
+    return _write_suite(suite, rows, cfg, out_dir, peak)
+
+
+def _suite_row(name: str, spec, cfg: ChainsExperiment, server, dev, peak: float) -> dict:
+    from .bench import SelfTimed, time_interleaved, torch_eager
+    from .kernel import build_kernel, random_inputs, tune
+    from .planner import predict_fusion_gain
+
+    ins = random_inputs(spec)
+    k, rep = tune(spec, top_k=cfg.top_k)
+    variants = {"ours": lambda k=k: k(*ins),
+                "torch": server.variant(name, spec) if server is not None else torch_eager(spec, ins)}
+    if cfg.unfused:
+        u = rep.unfused_kernel if rep.unfused_kernel is not None else build_kernel(spec, k.plan, fused=False)
+        variants["tvm_unfused"] = lambda u=u: u(*ins)
+    ms = time_interleaved(variants, cfg.repeat, cfg.budget_s)
+    for v in variants.values():
+        if isinstance(v, SelfTimed):  # the child drops the row's inputs
+            v.done()
+    pred = predict_fusion_gain(spec, dev)
+    return {"shape": name, "ours_ms": ms["ours"], "torch_ms": ms["torch"],
+            "speedup_vs_torch": ms["torch"] / ms["ours"],
+            "tvm_unfused_ms": ms.get("tvm_unfused"),
+            "speedup_vs_unfused": ms["tvm_unfused"] / ms["ours"] if "tvm_unfused" in ms else None,
+            # executed multiply-adds: a Winograd kernel's own (fewer than the chain's), as the benchmark counts
+            "gflops": k.executed_flops / ms["ours"] / 1e6, "peak_fraction": k.executed_flops / ms["ours"] / 1e6 / peak,
+            "model_pick_vs_best": rep.model_pick_vs_best, "algorithm": k.algorithm, "micro_kernel": k.plan.micro.name,
+            "order": ",".join(k.plan.fused.order), "predicted_ms": k.plan.predicted_s * 1e3,
+            "predicted_fusion_gain": pred["predicted_gain"]}
+
+
+def _write_suite(suite: str, rows: list[dict], cfg: ChainsExperiment, out_dir: str, peak: float) -> dict:
+    from shared_ir import atomic_write_text
+
+    from .bench import geomean
+
     os.makedirs(out_dir, exist_ok=True)
     buf = io.StringIO()
     w = csv.DictWriter(buf, fieldnames=list(rows[0]))
@@ -83,7 +104,8 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
             "geomean_vs_unfused": geomean([r["speedup_vs_unfused"] for r in rows]),
             "geomean_peak_fraction": geomean([r["peak_fraction"] for r in rows]),
             "table": f"{suite}.csv", "plot": f"{suite}.png" if cfg.plots else None,
-            "speedups_vs_torch": {r["shape"]: round(r["speedup_vs_torch"], 3) for r in rows}}
+            "speedups_vs_torch": {r["shape"]: round(r["speedup_vs_torch"], 3) for r in rows},
+            "torch_timed_in": "this process" if cfg.torch_in_process else "a child process (bench.TorchServer)"}
 
 
 def _plot(rows: list[dict], suite: str, path: str) -> None:
