@@ -4,6 +4,8 @@ import random
 from fractions import Fraction
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("tvm")
 torch = pytest.importorskip("torch")
@@ -92,3 +94,14 @@ def test_winograd_only_for_a_3x3_first_conv_and_known_tiles():
     assert tile_of("winograd4") == 4
     with pytest.raises(ValueError, match="winograd3"):
         tile_of("winograd3")
+
+
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 2), c=st.integers(1, 24), h=st.integers(1, 13), w=st.integers(1, 13),
+       k1=st.integers(1, 40), k2=st.integers(1, 40), conv2=st.sampled_from([1, 3]),
+       glue=st.sampled_from(["none", "relu"]), bias=st.booleans())
+def test_winograd2_random_small_chains(n, c, h, w, k1, k2, conv2, glue, bias):
+    """Any sizes (1×1 images, single channels, partial tiles, panels and channel blocks) against PyTorch."""
+    spec = ConvChain(n, c, h, w, k1, 3, 3, k2, conv2, conv2, glue=glue, bias1=bias, bias2=bias)
+    k = build_kernel(spec, plan_chain(spec, top_k=1)[0], use_cache=False, algorithm="winograd2")
+    assert _rel_error(k, spec) < 3e-6
