@@ -40,10 +40,10 @@ def tune(spec, top_k: int = 4, **kw):
     return _tune(spec, top_k=top_k, **kw)
 
 
-def build_kernel(spec, plan, fused: bool = True, use_cache: bool = True):
+def build_kernel(spec, plan, fused: bool = True, use_cache: bool = True, algorithm: str = "direct"):
     from .kernel import build_kernel as _build
 
-    return _build(spec, plan, fused, use_cache)
+    return _build(spec, plan, fused, use_cache, algorithm)
 
 
 def compile(fn_or_module, example_inputs, **kw):  # noqa: A001 - the public name the issue asks for

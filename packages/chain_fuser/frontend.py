@@ -189,13 +189,15 @@ def measure_vs_eager(spec, kernel, use_cache: bool = True, repeat: int = 7) -> t
 
 def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, device: Any = None,
             use_cache: bool = True, verbose: bool = False, name: str | None = None,
-            keep_faster_eager: bool = True) -> CompiledModule:
+            keep_faster_eager: bool = True, winograd: tuple[int, ...] = (2,)) -> CompiledModule:
     """Trace, fuse what the templates cover (GEMM→GEMM, attention, conv→conv), return a callable.
 
     ``tune=True`` times the model's top ``top_k`` plans and keeps the fastest (cached on disk); ``tune=False``
     builds the model's first choice. With ``tune`` and ``keep_faster_eager``, a chain whose best kernel measures
     more than ``EAGER_MARGIN`` slower than eager PyTorch on the same chain stays eager (the decision gives both
-    times). Chains left unfused are listed in the result's ``decisions`` with the reason (and warned about)."""
+    times). Chains left unfused are listed in the result's ``decisions`` with the reason (and warned about).
+    ``winograd``: the Winograd tile sizes tried for 3×3 conv chains (``tune``'s argument: ``()`` none, ``(2, 4)``
+    adds F(4×4, 3×3), faster, with 15-25× a direct conv's rounding error)."""
     import torch
     import torch.fx as fx
 
@@ -245,7 +247,7 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
                 # (197×384×1536 MLP, same plan: 4.1 ms transposed, 3.1 ms not)
                 spec = dataclasses.replace(spec, bt=False, dt=False)
             if tune:
-                kernel, rep = tune_fn(spec, top_k=top_k, device=device, use_cache=use_cache)
+                kernel, rep = tune_fn(spec, top_k=top_k, device=device, use_cache=use_cache, winograd=winograd)
             else:
                 kernel, rep = build_kernel(spec, plan_chain(spec, device, top_k=1)[0], True, use_cache), None
             if tune and keep_faster_eager:

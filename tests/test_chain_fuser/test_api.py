@@ -283,3 +283,17 @@ def test_gelu_erf_is_vectorisable_arithmetic():
     assert np.abs(out.numpy() - torch.erf(torch.from_numpy(xs)).numpy()).max() < 5e-7
     spec = GemmChain(1, 24, 8, 16, 32, glue="gelu")
     assert "erf" not in _schedule(spec, plan_chain(spec, top_k=1)[0], True).script()
+
+
+def test_compile_conv_pair_measures_winograd_and_stays_within_fp32_tolerance(tmp_path, monkeypatch):
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    m = ConvPair().eval()
+    x = torch.randn(1, 4, 9, 10)
+    c = chain_fuser.compile(m, (x,), top_k=1, keep_faster_eager=False)
+    (d,) = c.fused
+    algos = [cand.get("algorithm", "direct") for cand in d.report.candidates]
+    assert "winograd2" in algos and d.kernel.algorithm == algos[d.report.chosen]
+    with torch.no_grad():
+        torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)  # F(2×2, 3×3): a direct conv's error
+    c2 = chain_fuser.compile(m, (x,), top_k=1, keep_faster_eager=False, winograd=())
+    assert all("algorithm" not in cand for cand in c2.fused[0].report.candidates)
