@@ -318,7 +318,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
 
 
 _CODEGEN_VERSION = 14  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 3  # the same, for the Winograd kernels alone
+_WINOGRAD_VERSION = 4  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
@@ -458,8 +458,12 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
                 "build_s": k.build_s, "fusion_level": p.fusion_level if fused else None,
                 "predicted_overhead_ms": p.overhead_s * 1e3}
         if algorithm != "direct":
-            # not modelled: the model plans direct kernels; a Winograd kernel is measured against them
-            cand.update(algorithm=algorithm, predicted_ms=None, predicted_overhead_ms=None)
+            # the Winograd kernel's own estimate (winograd.predict: executed FMAs at the peak + its transforms'
+            # traffic), not the plan's; it is measured against the direct kernels like every candidate
+            from .winograd import predict, tile_of
+
+            cand.update(algorithm=algorithm, fusion_level=None, predicted_overhead_ms=None,
+                        predicted_ms=predict(spec, p, tile_of(algorithm), device)["predicted_s"] * 1e3)
         cands.append(cand)
     # candidates timed interleaved (round robin), so that a load change on a shared machine hits all of them
     import statistics

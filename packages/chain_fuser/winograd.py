@@ -98,6 +98,61 @@ def plan_for(spec: ConvChain, plans: list[Plan], device=None) -> Plan:
     return plan_chain(spec, device, top_k=1, micro=max(mks, key=lambda k: k.mr))[0]
 
 
+def predict(spec: ConvChain, plan: Plan, m: int = 2, device=None) -> dict:
+    """The model's account of a Winograd kernel: the multiply-adds it executes at the FMA peak, plus the traffic
+    of what does no FMAs (the input's layout change, the weight transform, and per block the transformed input, the
+    GEMM output and the output transform's result, each written and read once, at the bandwidth of the level that
+    holds them: memory for the whole tensors, L2 for a block's), added on top (the transforms run between the
+    GEMMs, not under them). Seconds and bytes in a dict; :func:`explain` prints it."""
+    from shared_ir.hostinfo import num_cores
+
+    from . import hw
+    from .conv import conv_kernel_shape
+
+    dev = hw.resolve_device(device)
+    ks, ws = conv_kernel_shape(spec, plan), winograd_shape(spec, plan, m)
+    cores = hw.cores(dev) if device is not None else num_cores()
+    tr, mr_w = block_tile_rows(spec, ks, ws, plan.fused.capacity_bytes, cores)
+    levels = hw.model_levels(dev)
+    dram_bw, l1_fill = levels[0].fill_bandwidth_bytes_per_s, levels[-1].fill_bandwidth_bytes_per_s
+    wino2 = spec.R2 == spec.S2 == 3
+    a2 = ws.a * ws.a
+    f = 4  # bytes per float
+    whole = f * (spec.N * spec.C * spec.H * spec.W  # input read
+                 + 2 * spec.N * ws.Cp * (ws.th * m + 2) * (ws.tw * m + 2)  # its blocked copy written and read
+                 + (1 + 2 * a2 / 9) * ks.K1p * ws.Cp * 9  # W1 read, its transform written and read
+                 + (1 + 2 * a2 / 9 if wino2 else 1) * ks.K2p * ks.K1p * spec.R2 * spec.S2
+                 + 2 * spec.N * spec.K2 * spec.H * spec.W)  # the output written (and its cache lines read first)
+    tiles = ws.P if tr else ws.Pp
+    blocks = f * 2 * (a2 * tiles * (ws.Cp + ks.K1p) + ks.K1p * ws.th * m * _pad(ks.Wp, m))
+    if wino2:
+        blocks += f * 2 * (a2 * tiles * (ks.K1p + ks.K2p) + ks.K2p * ws.th * m * _pad(ks.Wp, m))
+    flops = executed_flops(spec, plan, m)
+    compute_s = flops / hw.peak_flops(dev)
+    memory_s, cache_s = whole / dram_bw, blocks / l1_fill
+    return {"m": m, "tiles": tiles, "block_tile_rows": tr, "gemm_mr": mr_w or ks.mr, "executed_flops": flops,
+            "direct_flops": spec.flops, "compute_s": compute_s, "memory_bytes": whole, "memory_s": memory_s,
+            "cache_bytes": blocks, "cache_s": cache_s, "predicted_s": compute_s + memory_s + cache_s}
+
+
+def explain(spec: ConvChain, plan: Plan, m: int = 2, device=None, file=None) -> str:
+    """A readable account of the Winograd kernel (:func:`predict`), printed (to ``file`` or stdout) and returned."""
+    p = predict(spec, plan, m, device)
+    conv2 = "Winograd" if spec.R2 == spec.S2 == 3 else "direct"
+    blocks = (f"blocks of {p['block_tile_rows']} tile rows, GEMM register rows {p['gemm_mr']}"
+              if p["block_tile_rows"] else "staged (each stage over the whole image)")
+    text = "\n".join([
+        f"winograd F({m}x{m}, 3x3) for {spec.name}: {p['tiles']} tiles, conv2 {conv2}, micro kernel "
+        f"{plan.micro.name}, {blocks}",
+        f"  compute: {p['executed_flops'] / 1e9:.3f} GFLOP executed ({spec.flops / p['executed_flops']:.2f}x fewer than "
+        f"the direct {spec.flops / 1e9:.3f}) -> {p['compute_s'] * 1e3:.3f} ms at the FMA peak",
+        f"  transforms and layout changes: {p['memory_bytes'] / 2**20:.2f} MiB through memory -> "
+        f"{p['memory_s'] * 1e3:.3f} ms, {p['cache_bytes'] / 2**20:.2f} MiB through L2 -> {p['cache_s'] * 1e3:.3f} ms",
+        f"  predicted: {p['predicted_s'] * 1e3:.3f} ms"])
+    print(text, file=file)
+    return text
+
+
 def supported(spec: ConvChain) -> bool:
     """Winograd applies to conv1 when it is 3×3 (stride 1, 'same' padding: the only convs a ConvChain holds)."""
     return spec.R1 == 3 and spec.S1 == 3

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from chain_fuser.kernel import build_kernel, random_inputs, reference, tune  # noqa: E402
 from chain_fuser.planner import plan_chain  # noqa: E402
 from chain_fuser.spec import ConvChain  # noqa: E402
-from chain_fuser.winograd import _MATRICES, executed_flops, supported, tile_of  # noqa: E402
+from chain_fuser.winograd import _MATRICES, executed_flops, explain, predict, supported, tile_of  # noqa: E402
 
 
 @pytest.mark.parametrize("m", sorted(_MATRICES))
@@ -74,7 +74,7 @@ def test_tune_measures_winograd_candidates_and_restores_the_choice_from_its_cach
     k, rep = tune(spec, top_k=2, number=1, repeat=2, include_unfused=True)
     algos = [c.get("algorithm", "direct") for c in rep.candidates]
     assert algos == ["direct", "direct", "direct", "winograd2"]
-    assert rep.candidates[-1]["predicted_ms"] is None  # measured, not modelled
+    assert rep.candidates[-1]["predicted_ms"] > 0  # winograd.predict's estimate
     ms = [c["measured_ms"] for c in rep.candidates]
     assert ms[rep.chosen] == min(ms)
     assert k.algorithm == algos[rep.chosen]
@@ -105,3 +105,17 @@ def test_winograd2_random_small_chains(n, c, h, w, k1, k2, conv2, glue, bias):
     spec = ConvChain(n, c, h, w, k1, 3, 3, k2, conv2, conv2, glue=glue, bias1=bias, bias2=bias)
     k = build_kernel(spec, plan_chain(spec, top_k=1)[0], use_cache=False, algorithm="winograd2")
     assert _rel_error(k, spec) < 3e-6
+
+
+def test_predict_adds_the_transforms_traffic_to_the_executed_fmas_and_explain_prints_it(capsys):
+    spec = ConvChain(1, 64, 56, 56, 64, 3, 3, 64, 3, 3, glue="relu")  # ResNet-50's 3×3→3×3
+    plan = plan_chain(spec, top_k=1)[0]
+    p = predict(spec, plan, 2)
+    assert p["executed_flops"] == executed_flops(spec, plan, 2) < spec.flops / 2
+    assert p["predicted_s"] == pytest.approx(p["compute_s"] + p["memory_s"] + p["cache_s"])
+    assert p["memory_bytes"] > 4 * (64 * 56 * 56 * 2)  # at least the input read and the output written
+    # F(4×4, 3×3): fewer FMAs, more transformed data per output
+    p4 = predict(spec, plan, 4)
+    assert p4["compute_s"] < p["compute_s"]
+    text = explain(spec, plan, 2)
+    assert "F(2x2, 3x3)" in text and "conv2 Winograd" in text and "predicted" in capsys.readouterr().out
