@@ -577,9 +577,11 @@ def metaschedule_unfused(specs: list[GemmChain], trials: int, timeout_s: float =
 # --- the run --------------------------------------------------------------------------------------------------------
 def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
         only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
-        ms_config: dict | None = None, pin: bool = True, probe: bool = True, torch_process: bool = True) -> dict:
+        ms_config: dict | None = None, pin: bool = True, probe: bool = True, torch_process: bool = True,
+        winograd: tuple[int, ...] = (2,)) -> dict:
     """``torch_process``: PyTorch's variants run in a child process of their own (``TorchServer``); False times
-    them in this process, as before round 8."""
+    them in this process, as before round 8. ``winograd``: the Winograd tile sizes ``tune`` tries on conv chains
+    (the default ``(2,)``: a direct conv's rounding error; ``(2, 4)`` adds the opt-in F(4×4, 3×3))."""
     import torch
 
     from shared_ir import atomic_write_text
@@ -655,7 +657,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         name = it["name"]
         t_row = time.perf_counter()
         ins = random_inputs(spec)
-        kernel, rep = tune(spec, top_k=top_k)
+        kernel, rep = tune(spec, top_k=top_k, winograd=winograd)
         ref = reference(spec, *ins)
         got = kernel(*ins)
         err = float((got - ref).abs().max() / (ref.abs().max() + 1e-6))
@@ -749,7 +751,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         return [r["speedup"].get(k) for r in rs if r["speedup"].get(k) is not None]
 
     result = {
-        "scale": scale, "threads": threads, "top_k": top_k, "repeat": repeat,
+        "scale": scale, "threads": threads, "top_k": top_k, "repeat": repeat, "winograd_tiles": list(winograd),
         "machine": _machine(threads),
         "reduced_at_this_scale": REDUCED.get(scale),
         "fma_peak_gflops": peak_gflops,
@@ -902,8 +904,10 @@ def summary_table(res: dict) -> str:
     def f(x, fmt="{:.2f}"):
         return "n/a" if x is None else fmt.format(x)
 
+    tiles = res.get("winograd_tiles", [2])
     lines = [f"chain_fuser benchmark ({res['scale']}, {res['threads']} threads, FMA peak "
-             f"{res['fma_peak_gflops']:.0f} GFLOP/s, OpenBLAS {res.get('openblas')})"]
+             f"{res['fma_peak_gflops']:.0f} GFLOP/s, OpenBLAS {res.get('openblas')}"
+             + ("" if tiles == [2] else f", Winograd tiles {tiles or 'none'} (not the default [2])") + ")"]
     lines.append(f"  machine: {res['machine']['cpu']}, {res['machine']['threads']} threads")
     lines.append(f"  reference: geomean ×{f(res['reference_geomean_vs_torch'])} vs torch (min ×"
                  f"{f(res['reference_min_vs_torch'])}), ×{f(res['reference_geomean_vs_openblas'])} vs OpenBLAS (min ×"
@@ -967,6 +971,9 @@ def main(argv=None) -> int:
                     help="leave the calling thread and TVM's worker unpinned (the library's default placement)")
     ap.add_argument("--torch-in-process", action="store_true",
                     help="time PyTorch in this process (default: in a child process with torch's own settings)")
+    ap.add_argument("--winograd", default="2",
+                    help="Winograd tile sizes tried on conv chains, comma-separated: 2 (default), 2,4 (adds the "
+                         "opt-in F(4x4,3x3), 15-25x a direct conv's rounding error), or none")
     ap.add_argument("--no-probe", action="store_true",
                     help="time slots whatever the machine's state (no FMA probe around them)")
     a = ap.parse_args(argv)
@@ -986,8 +993,16 @@ def main(argv=None) -> int:
         ms["search"] = a.ms_search
     if a.ms_shapes is not None:
         ms["shapes"] = a.ms_shapes
+    try:
+        tiles = () if a.winograd.strip().lower() == "none" else tuple(int(t) for t in a.winograd.split(","))
+    except ValueError:
+        ap.error(f"--winograd: expected comma-separated tile sizes or none, got {a.winograd!r}")
+    from .winograd import WINOGRAD_TILES
+
+    if any(t not in WINOGRAD_TILES for t in tiles):
+        ap.error(f"--winograd: tile sizes must be among {list(WINOGRAD_TILES)}, got {a.winograd!r}")
     run(a.scale, a.top_k, a.repeat, a.out, a.only, not a.no_metaschedule, not a.no_openblas, ms_config=ms,
-        pin=not a.no_pin, probe=not a.no_probe, torch_process=not a.torch_in_process)
+        pin=not a.no_pin, probe=not a.no_probe, torch_process=not a.torch_in_process, winograd=tiles)
     return 0
 
 

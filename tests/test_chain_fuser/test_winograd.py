@@ -119,3 +119,12 @@ def test_predict_adds_the_transforms_traffic_to_the_executed_fmas_and_explain_pr
     assert p4["compute_s"] < p["compute_s"]
     text = explain(spec, plan, 2)
     assert "F(2x2, 3x3)" in text and "conv2 Winograd" in text and "predicted" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("arg", ["3", "2,x", ""])
+def test_bench_rejects_unknown_winograd_tiles_naming_the_option(arg, capsys):
+    from chain_fuser import bench
+
+    with pytest.raises(SystemExit):
+        bench.main(["--winograd", arg, "--only", "nothing"])
+    assert "--winograd" in capsys.readouterr().err
