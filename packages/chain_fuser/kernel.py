@@ -126,7 +126,8 @@ class FusedKernel:
     measured_ms: float | None = None
     info: dict = field(default_factory=dict)
     algorithm: str = "direct"
-    """``direct``, or ``winograd<m>``: conv1 by Winograd ``F(m×m, 3×3)`` (:mod:`chain_fuser.winograd`), unfused."""
+    """``direct``, or ``winograd<m>``: the conv chain's 3×3 convs by Winograd ``F(m×m, 3×3)``
+    (:mod:`chain_fuser.winograd`; unfused, per block of tile rows)."""
 
     @property
     def name(self) -> str:
@@ -324,8 +325,8 @@ _WINOGRAD_VERSION = 4  # the same, for the Winograd kernels alone
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
                  algorithm: str = "direct") -> FusedKernel:
     """Compile ``plan`` for ``spec`` (or load it from the on-disk cache). ``algorithm``: ``direct`` (the plan's
-    fused or unfused kernel), or ``winograd2``/``winograd4`` for a conv chain (conv1 by Winograd, unfused; the
-    plan gives the micro kernel)."""
+    fused or unfused kernel), or ``winograd2``/``winograd4`` for a conv chain (its 3×3 convs by Winograd; the plan
+    gives the micro kernel)."""
     tvm = import_tvm()
     if algorithm != "direct":
         fused = False
@@ -350,9 +351,9 @@ def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
 @dataclass
 class TuneReport:
     """What measured re-ranking found: each candidate's predicted and measured time. Candidates are the model's
-    top K fused plans (``fused: True``) and, where the model thinks it competitive, the unfused kernel with the same
-    micro kernel (``fused: False``, the last one): the kernel kept is the fastest of all, so it is never slower than
-    our own unfused one."""
+    top K fused plans (``fused: True``), where the model thinks it competitive the unfused kernel with the same
+    micro kernel (``fused: False``), and for a 3×3 conv chain its Winograd kernels (``algorithm``: ``winograd<m>``,
+    last): the kernel kept is the fastest of all, so it is never slower than our own unfused one."""
 
     spec_key: str
     candidates: list[dict]
@@ -401,7 +402,8 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     for chains where fusion saves the memory traffic that bounds them.
 
     ``winograd``: for a conv chain with a 3×3 conv1, the Winograd tile sizes ``m`` whose kernels
-    (:mod:`chain_fuser.winograd`, conv1 by ``F(m×m, 3×3)``) are candidates too. The default ``(2,)``: its rounding
+    (:mod:`chain_fuser.winograd`: its 3×3 convs by ``F(m×m, 3×3)``, with the micro kernel of
+    ``winograd.plan_for``) are candidates too. The default ``(2,)``: its rounding
     error is that of the direct conv; ``4`` does 1.8× fewer multiplications still but has 15-25× the error (below
     the check's tolerance, above a 1e-5 absolute one), so it is opt-in. ``()``: direct kernels only."""
     import torch
@@ -422,14 +424,13 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     saved = cache.load_json(tkey) if use_cache else None
     if saved is not None:
         sig, bsig = saved["chosen_signature"], saved.get("best_fused_signature", saved["chosen_signature"])
-        chosen_algo = saved["candidates"][saved["chosen"]].get("algorithm", "direct")
-        pool = plans + ([winograd_plan(spec, plans, device)] if chosen_algo != "direct" else [])
+        chosen = saved["candidates"][saved["chosen"]]
+        algorithm = chosen.get("algorithm", "direct")
+        pool = plans + ([winograd_plan(spec, plans, device)] if algorithm != "direct" else [])
         match = [p for p in pool if plan_signature(p) == sig]
         fmatch = [p for p in plans if plan_signature(p) == bsig]
         if match and fmatch:
-            chosen = saved["candidates"][saved["chosen"]]
             chosen_fused = bool(chosen.get("fused", True))
-            algorithm = chosen.get("algorithm", "direct")
             k = build_kernel(spec, match[0], chosen_fused, use_cache, algorithm)
             if k.from_cache:
                 k.measured_ms = chosen["measured_ms"]

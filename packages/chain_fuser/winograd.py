@@ -63,15 +63,17 @@ def tile_of(algorithm: str) -> int:
     return m
 
 
-def executed_flops(spec: ConvChain, plan: Plan, m: int) -> int:
+def executed_flops(spec: ConvChain, plan: Plan, m: int, cores: int | None = None) -> int:
     """2 × the multiply-adds the Winograd kernel executes: its batched GEMMs (padded tiles and channels included;
-    conv2's too where it is 3×3) and a direct conv2's."""
+    conv2's too where it is 3×3) and a direct conv2's. ``cores``: of the machine it runs on (default: this one's),
+    which decide the blocking and so the padding."""
     from shared_ir.hostinfo import num_cores
 
     from .conv import conv_kernel_shape
 
     ks, ws = conv_kernel_shape(spec, plan), winograd_shape(spec, plan, m)
-    blocked = block_tile_rows(spec, ks, ws, plan.fused.capacity_bytes, num_cores())[0] > 0
+    cores = num_cores() if cores is None else cores
+    blocked = block_tile_rows(spec, ks, ws, plan.fused.capacity_bytes, cores)[0] > 0
     tiles = ws.P if blocked else ws.Pp
     conv1 = 2 * ws.a * ws.a * tiles * ws.Cp * ks.K1p
     if spec.R2 == spec.S2 == 3:
@@ -127,7 +129,7 @@ def predict(spec: ConvChain, plan: Plan, m: int = 2, device=None) -> dict:
     blocks = f * 2 * (a2 * tiles * (ws.Cp + ks.K1p) + ks.K1p * ws.th * m * _pad(ks.Wp, m))
     if wino2:
         blocks += f * 2 * (a2 * tiles * (ks.K1p + ks.K2p) + ks.K2p * ws.th * m * _pad(ks.Wp, m))
-    flops = executed_flops(spec, plan, m)
+    flops = executed_flops(spec, plan, m, cores)
     compute_s = flops / hw.peak_flops(dev)
     memory_s, cache_s = whole / dram_bw, blocks / l1_fill
     return {"m": m, "tiles": tiles, "block_tile_rows": tr, "gemm_mr": mr_w or ks.mr, "executed_flops": flops,
