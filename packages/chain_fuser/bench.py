@@ -840,8 +840,8 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     # A target ratio above this ceiling is out of reach on this machine whatever the kernel.
     result["ceilings"] = {
         "note": "geomean over the suite of (FMA peak / the baseline's measured FLOP rate): the speed-up a kernel "
-                "running at 100 % of the peak would show doing the chain's own multiply-adds (a Winograd conv1 "
-                "does fewer: conv rows can pass the conv ceiling)",
+                "running at 100 % of the peak would show doing the chain's own multiply-adds (Winograd kernels "
+                "do fewer: conv rows can pass the conv ceiling)",
         "reference_vs_torch": geomean([1 / r["peak_fraction"]["torch"] for r in ref_rows
                                        if r["peak_fraction"].get("torch")]),
         "conv_vs_torch": geomean([1 / r["peak_fraction"]["torch"] for r in ref_rows

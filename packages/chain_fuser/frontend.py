@@ -172,9 +172,9 @@ def measure_vs_eager(spec, kernel, use_cache: bool = True, repeat: int = 7) -> t
     MLP measured 3.99 ms fused against 0.58 ms eager, and 0.21 ms against 0.43 ms once each had the cores."""
     from . import cache
     from .bench import time_interleaved
-    from .kernel import _CODEGEN_VERSION, plan_signature, random_inputs, reference
+    from .kernel import _CODEGEN_VERSION, _WINOGRAD_VERSION, plan_signature, random_inputs, reference
 
-    extra = () if kernel.algorithm == "direct" else (kernel.algorithm,)
+    extra = () if kernel.algorithm == "direct" else (kernel.algorithm, _WINOGRAD_VERSION)
     key = cache.entry_key("vs_eager_warm", spec.key, plan_signature(kernel.plan), kernel.fused,
                           cache.hardware_key(), _CODEGEN_VERSION, *extra)
     saved = cache.load_json(key) if use_cache else None

@@ -407,6 +407,12 @@ class _Sched:
     def __init__(self, sch, ks, ws, lanes):
         self.sch, self.ks, self.ws, self.lanes = sch, ks, ws, lanes
 
+    def at(self, name, loop):
+        """Block ``name`` computed under ``loop`` (its region there: what the loop's iteration consumes)."""
+        blk = self.sch.get_sblock(name)
+        self.sch.compute_at(blk, loop, preserve_unit_loops=True)
+        return blk
+
     def vec(self, loop, width):
         if width % self.lanes == 0:
             _, v = self.sch.split(loop, [None, self.lanes])
@@ -540,16 +546,13 @@ def schedule_winograd_chain(spec: ConvChain, plan: Plan, m: int = 2, part=None, 
         if "V2" in stages:  # conv2's output transform per block of output rows, unpacked right after
             par = st.output_blocks(spec, m * max(1, conv2_rows(spec, ks, plan.fused.capacity_bytes,
                                                                    num_cores()) // m))
-            o2 = sch.get_sblock("O2")
-            sch.compute_at(o2, par, preserve_unit_loops=True)
-            st.output_transform(o2)
+            st.output_transform(st.at("O2", par))
         else:
             # direct conv2 per block of output rows, each block unpacked to NCHW right after (while in cache), as
             # the fused direct kernel does (one pass over the output instead of two: ResNet-50 3×3→1×1 1.47 →
             # 1.41 ms)
             par = st.output_blocks(spec, conv2_rows(spec, ks, plan.fused.capacity_bytes, num_cores()))
-            o2 = sch.get_sblock("O2")
-            sch.compute_at(o2, par, preserve_unit_loops=True)
+            o2 = st.at("O2", par)
             ko = _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
             sch.decompose_reduction(o2, ko)
     return sch.mod
@@ -575,28 +578,15 @@ def _schedule_blocked(st: _Sched, spec: ConvChain, plan: Plan, tr: int, mr_w: in
         par = st.output_transform(sch.get_sblock("T"), rows_per_block=tr * m)
     else:
         par = st.output_blocks(spec, tr * m)
-        o2 = sch.get_sblock("O2")
-        sch.compute_at(o2, par, preserve_unit_loops=True)
+        o2 = st.at("O2", par)
         ko = _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
         sch.decompose_reduction(o2, ko)
-        t = sch.get_sblock("T")
-        sch.compute_at(t, par, preserve_unit_loops=True)
-        st.output_transform(t)
-    mw = sch.get_sblock("Mw")
-    sch.compute_at(mw, par, preserve_unit_loops=True)
-    st.gemm(mw, mr_w)
-    v = sch.get_sblock("V")
-    sch.compute_at(v, par, preserve_unit_loops=True)
-    st.input_transform(v)
+        st.output_transform(st.at("T", par))
+    st.gemm(st.at("Mw", par), mr_w)
+    st.input_transform(st.at("V", par))
     if wino2:
         par2 = st.output_blocks(spec, tr * m)
-        o2 = sch.get_sblock("O2")
-        sch.compute_at(o2, par2, preserve_unit_loops=True)
-        st.output_transform(o2)
-        mw2 = sch.get_sblock("Mw2")
-        sch.compute_at(mw2, par2, preserve_unit_loops=True)
-        st.gemm(mw2, mr_w)
-        v2 = sch.get_sblock("V2")
-        sch.compute_at(v2, par2, preserve_unit_loops=True)
-        st.input_transform(v2)
+        st.output_transform(st.at("O2", par2))
+        st.gemm(st.at("Mw2", par2), mr_w)
+        st.input_transform(st.at("V2", par2))
     return sch.mod

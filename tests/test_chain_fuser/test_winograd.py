@@ -128,3 +128,19 @@ def test_bench_rejects_unknown_winograd_tiles_naming_the_option(arg, capsys):
     with pytest.raises(SystemExit):
         bench.main(["--winograd", arg, "--only", "nothing"])
     assert "--winograd" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec", [ConvChain(1, 8, 9, 11, 16, 3, 3, 12, 5, 5, glue="relu", bias1=True),  # staged: halo
+                                  ConvChain(2, 5, 7, 6, 20, 3, 3, 9, 3, 3, glue="relu", bias2=True)],
+                         ids=["5x5-conv2", "3x3-conv2"])
+def test_the_staged_schedule_matches_torch(spec):
+    """Each stage over the whole image: what a 5×5 conv2 gets (its halo rules out blocks), and the fallback."""
+    from chain_fuser.codegen import target
+    from chain_fuser.kernel import FusedKernel, import_tvm
+    from chain_fuser.winograd import schedule_winograd_chain
+
+    tvm = import_tvm()
+    plan = plan_chain(spec, top_k=1)[0]
+    k = FusedKernel(spec, plan, tvm.build(schedule_winograd_chain(spec, plan, 2, blocked=False), target=target()),
+                    False, algorithm="winograd2")
+    assert _rel_error(k, spec) < 3e-6
