@@ -144,3 +144,15 @@ def test_the_staged_schedule_matches_torch(spec):
     k = FusedKernel(spec, plan, tvm.build(schedule_winograd_chain(spec, plan, 2, blocked=False), target=target()),
                     False, algorithm="winograd2")
     assert _rel_error(k, spec) < 3e-6
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["YOLO-1", "YOLO-2", "Darknet-19", "ResNet-50-3x3-1x1", "ResNet-50-3x3-3x3",
+                                  "Inception-3x3-3x3"])
+def test_winograd2_on_the_reference_conv_chains_at_full_size(name):
+    from chain_fuser.bench import REFERENCE_CONV
+
+    (c,) = [c for n, *c in REFERENCE_CONV if n == name]
+    spec = ConvChain(*c, glue="relu")
+    k = build_kernel(spec, plan_chain(spec, top_k=1)[0], use_cache=False, algorithm="winograd2")
+    assert _rel_error(k, spec) < 3e-6
