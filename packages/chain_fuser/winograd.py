@@ -387,7 +387,10 @@ def block_tile_rows(spec: ConvChain, ks, ws: WinogradShape, level_bytes: int, co
     if not (spec.R2 == spec.S2 == 1 or spec.R2 == spec.S2 == 3):
         return 0, 0
     chans = ws.Cp + ks.K1p + (ks.K2p if spec.R2 == 3 else 0)
-    top = max(ks.mr, min(16, (28 * 16) // ks.nr))  # ≤ 28 of the 32 vector registers hold accumulators
+    # accumulators within the register file: ≤ 28 of AVX-512's 32 (its FMAs take the broadcast from memory), ≤ 13
+    # of AVX2's 16 (its B vectors and a broadcast register beside them)
+    vecs = max(1, ks.nr // ws.vl)
+    top = max(ks.mr, min(16, (28 if ws.vl >= 16 else 13) // vecs))
     best, key = (0, 0), None
     for mr in range(top, max(1, ks.mr // 2) - 1, -1):
         for t in range(1, ws.th + 1):

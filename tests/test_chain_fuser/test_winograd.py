@@ -156,3 +156,20 @@ def test_winograd2_on_the_reference_conv_chains_at_full_size(name):
     spec = ConvChain(*c, glue="relu")
     k = build_kernel(spec, plan_chain(spec, top_k=1)[0], use_cache=False, algorithm="winograd2")
     assert _rel_error(k, spec) < 3e-6
+
+
+@pytest.mark.parametrize("spec", [ConvChain(1, 20, 14, 14, 40, 3, 3, 24, 1, 1, glue="relu", bias2=True),
+                                  ConvChain(2, 5, 9, 10, 12, 3, 3, 9, 3, 3, glue="relu")], ids=["1x1", "3x3"])
+def test_winograd2_with_an_avx2_micro_kernel_keeps_its_accumulators_in_16_registers(spec):
+    """8-lane vectors (AVX2's micro kernels: 16 registers) give a correct kernel, blocks with at most 13
+    accumulators (runs here too: AVX-512 machines execute 256-bit code)."""
+    from chain_fuser.conv import conv_kernel_shape
+    from chain_fuser.model import MicroKernel
+    from chain_fuser.winograd import block_tile_rows, winograd_shape
+
+    plan = plan_chain(spec, top_k=1, micro=MicroKernel(6, 16, 8, "avx2"))[0]
+    _, mr = block_tile_rows(spec, conv_kernel_shape(spec, plan), winograd_shape(spec, plan, 2),
+                            plan.fused.capacity_bytes, 2)
+    assert mr * 2 <= 13
+    k = build_kernel(spec, plan, use_cache=False, algorithm="winograd2")
+    assert _rel_error(k, spec) < 3e-6
