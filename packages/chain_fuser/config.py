@@ -28,6 +28,9 @@ class ChainsExperiment:
     """Time eager PyTorch in this process (the old way). Default: in a child process of its own, as the benchmark
     does (``bench.TorchServer``): in one process, torch's OpenMP workers and TVM's pool took the cores from each
     other, and eager times of the same chain ranged over 1.7-66 ms between runs (Darknet-19, 2 threads)."""
+    winograd: list[int] = field(default_factory=lambda: [2])
+    """Winograd tile sizes ``tune`` tries on 3×3 conv chains: [2] (a direct conv's rounding error), [2, 4] (adds the
+    opt-in F(4×4, 3×3): faster, 10× the error), or [] (direct kernels only)."""
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -39,6 +42,15 @@ class ChainsExperiment:
             raise ValidationError("task.budget_s", f"must be > 0, got {self.budget_s!r}", self.budget_s)
         if self.scale not in ("small", "full"):
             raise ValidationError("task.scale", f"must be small or full, got {self.scale!r}", self.scale)
+        from .winograd import WINOGRAD_TILES
+
+        # Hydra hands a ListConfig: any sequence but a string
+        tiles = list(self.winograd) if hasattr(self.winograd, "__iter__") and not isinstance(self.winograd, str) \
+            else None
+        if tiles is None or any(isinstance(t, bool) or t not in WINOGRAD_TILES for t in tiles):
+            raise ValidationError("task.winograd", f"must be a list of tile sizes among {list(WINOGRAD_TILES)}, got "
+                                  f"{self.winograd!r}", self.winograd)
+        self.winograd = tiles
         if self.shapes is not None:
             if isinstance(self.shapes, str) or not all(isinstance(s, str) for s in self.shapes):
                 raise ValidationError("task.shapes", f"must be a list of shape names, got {self.shapes!r}", self.shapes)

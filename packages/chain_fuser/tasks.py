@@ -63,7 +63,7 @@ def _suite_row(name: str, spec, cfg: ChainsExperiment, server, dev, peak: float)
     from .planner import predict_fusion_gain
 
     ins = random_inputs(spec)
-    k, rep = tune(spec, top_k=cfg.top_k)
+    k, rep = tune(spec, top_k=cfg.top_k, winograd=tuple(cfg.winograd))
     variants = {"ours": lambda k=k: k(*ins),
                 "torch": server.variant(name, spec) if server is not None else torch_eager(spec, ins)}
     if cfg.unfused:
@@ -81,7 +81,10 @@ def _suite_row(name: str, spec, cfg: ChainsExperiment, server, dev, peak: float)
             # executed multiply-adds: a Winograd kernel's own (fewer than the chain's), as the benchmark counts
             "gflops": k.executed_flops / ms["ours"] / 1e6, "peak_fraction": k.executed_flops / ms["ours"] / 1e6 / peak,
             "model_pick_vs_best": rep.model_pick_vs_best, "algorithm": k.algorithm, "micro_kernel": k.plan.micro.name,
-            "order": ",".join(k.plan.fused.order), "predicted_ms": k.plan.predicted_s * 1e3,
+            # a Winograd kernel has no block order, and its prediction is winograd.predict's (tune's candidate)
+            "order": ",".join(k.plan.fused.order) if k.algorithm == "direct" else "",
+            "predicted_ms": (rep.candidates[rep.chosen].get("predicted_ms") if rep.candidates
+                             else k.plan.predicted_s * 1e3),
             "predicted_fusion_gain": pred["predicted_gain"]}
 
 

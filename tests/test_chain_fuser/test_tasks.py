@@ -18,6 +18,10 @@ def test_config_validation_names_the_field():
         ChainsExperiment(scale="huge")
     with pytest.raises(ValidationError, match="task.shapes"):
         ChainsExperiment(shapes="Bert-Small")
+    for bad in (3, [3], "2", [True]):
+        with pytest.raises(ValidationError, match="task.winograd"):
+            ChainsExperiment(winograd=bad)
+    assert ChainsExperiment(winograd=(2, 4)).winograd == [2, 4]
 
 
 def test_gemm_chains_task_writes_table_and_plot(tmp_path):
