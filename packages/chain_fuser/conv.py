@@ -78,14 +78,8 @@ def conv_chain_te(spec: ConvChain, plan: Plan, fused: bool = True):
                         tirx.all(y >= oh, y < H + oh, x >= ow, x < W + ow),
                         I[n, c, tirx.max(tirx.min(y - oh, H - 1), 0), tirx.max(tirx.min(x - ow, W - 1), 0)], zero),
                     name="Ip")
-    W1p = te.compute((ks.K1p // nr, C, R1, S1, nr),
-                     lambda ko, c, r, s, ki: tirx.if_then_else(ko * nr + ki < spec.K1,
-                                                               W1[tirx.min(ko * nr + ki, spec.K1 - 1), c, r, s], zero),
-                     name="W1p")
-    W2p = te.compute((ks.K2p // nr, ks.K1p, R2, S2, nr),
-                     lambda ko, c, r, s, ki: tirx.if_then_else(
-                         tirx.all(ko * nr + ki < spec.K2, c < spec.K1),
-                         W2[tirx.min(ko * nr + ki, spec.K2 - 1), tirx.min(c, spec.K1 - 1), r, s], zero), name="W2p")
+    W1p = pack_weights(W1, ks.K1p, C, nr, "W1p")
+    W2p = pack_weights(W2, ks.K2p, ks.K1p, nr, "W2p")
     c = te.reduce_axis((0, C), name="c")
     r = te.reduce_axis((0, R1), name="r")
     s = te.reduce_axis((0, S1), name="s")
@@ -124,12 +118,36 @@ def conv_chain_te(spec: ConvChain, plan: Plan, fused: bool = True):
                     lambda n, ko, y, x, ki: te.sum(U[n, c2 // nr, y + r2, x + s2, c2 % nr] * W2p[ko, c2, r2, s2, ki],
                                                    axis=[c2, r2, s2]), name="O2")
 
+    O = unpacked_output(O2, spec, b2, nr)
+    return args + [O], {"Ip": Ip, "W1p": W1p, "W2p": W2p, "T": T, "U": U, "O2": O2, "O": O}, ks
+
+
+def pack_weights(Wt, Kp: int, Cp: int, nr: int, name: str):
+    """Weights ``[K, C, R, S]`` packed as ``[Kp/nr, Cp, R, S, nr]`` (a panel's ``nr`` output channels contiguous: one
+    vector load per reduction step), zero in the padding."""
+    from tvm import te, tirx
+
+    K, C, R, S = (int(d) for d in Wt.shape)
+    zero = tirx.const(0.0, "float32")
+
+    def packed(ko, c, r, s, ki):
+        if Cp == C:  # no padded channels: no condition or clamp on them
+            return tirx.if_then_else(ko * nr + ki < K, Wt[tirx.min(ko * nr + ki, K - 1), c, r, s], zero)
+        return tirx.if_then_else(tirx.all(ko * nr + ki < K, c < C),
+                                 Wt[tirx.min(ko * nr + ki, K - 1), tirx.min(c, C - 1), r, s], zero)
+
+    return te.compute((Kp // nr, Cp, R, S, nr), packed, name=name)
+
+
+def unpacked_output(O2, spec: ConvChain, b2, nr: int):
+    """``O[n, k, y, x]`` (NCHW, conv2's bias added) from the blocked ``O2[n, k/nr, y, x, k%nr]``."""
+    from tvm import te
+
     def unpack(n, k, y, x):
         v = O2[n, k // nr, y, x, k % nr]
         return v + b2[k] if b2 is not None else v
 
-    O = te.compute((N, spec.K2, H, W), unpack, name="O")
-    return args + [O], {"Ip": Ip, "W1p": W1p, "W2p": W2p, "T": T, "U": U, "O2": O2, "O": O}, ks
+    return te.compute((spec.N, spec.K2, spec.H, spec.W), unpack, name="O")
 
 
 def fit_tiles(spec: ConvChain, mr: int, nr: int, tiles, level_bytes: int, cores: int) -> dict[str, int]:
@@ -150,11 +168,19 @@ def fit_tiles(spec: ConvChain, mr: int, nr: int, tiles, level_bytes: int, cores:
     q = _fit_tile(Wp, max(mr, int(tiles.get("q", Wp))), mr)
     if spec.R2 != 1 or spec.S2 != 1 or q == Wp:
         return {"p": p, "q": q}
-    row_bytes = 4 * (_pad(spec.K1, nr) + _pad(spec.K2, nr)) * Wp
-    rows = max(1, min(p * q // Wp, level_bytes // 4 // row_bytes))
-    fits = [t for t in range(1, rows + 1) if spec.H % t == 0]
+    return {"p": rows_per_block(spec, _pad(spec.K1, nr), _pad(spec.K2, nr), Wp, level_bytes, cores, p * q // Wp),
+            "q": Wp}
+
+
+def rows_per_block(spec: ConvChain, K1p: int, K2p: int, Wp: int, level_bytes: int, cores: int,
+                   most: int | None = None) -> int:
+    """Output rows per block of a 1×1 conv2 (at most ``most``): both stages' rows (``K1p + K2p`` channels × ``Wp``)
+    in a quarter of ``level_bytes``, and among the counts dividing H, the largest whose block count divides among
+    the cores."""
+    rows = max(1, min(most or spec.H, level_bytes // 4 // (4 * (K1p + K2p) * Wp)))
+    fits = [t for t in range(1, min(rows, spec.H) + 1) if spec.H % t == 0]
     balanced = [t for t in fits if (spec.N * spec.H // t) % max(1, cores) == 0]
-    return {"p": max(balanced or fits), "q": Wp}
+    return max(balanced or fits)
 
 
 def _tiles(spec: ConvChain, plan: Plan, ks: ConvKernelShape) -> dict[str, int]:

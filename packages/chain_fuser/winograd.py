@@ -32,10 +32,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction as Fr
 
+from .conv import _pad
 from .model import Plan
 from .spec import ConvChain
-
-WINOGRAD_TILES = (2, 4)
 
 # F(2×2, 3×3) and F(4×4, 3×3) with the points (0, ±1, ±2, ∞) (Lavin & Gray 2016)
 _MATRICES = {
@@ -48,18 +47,17 @@ _MATRICES = {
               [Fr(1, 24), Fr(1, 12), Fr(1, 6)], [Fr(1, 24), Fr(-1, 12), Fr(1, 6)], [0, 0, 1]],
         "AT": [[1, 1, 1, 1, 1, 0], [0, 1, -1, 2, -2, 0], [0, 1, 1, 4, 4, 0], [0, 1, -1, 8, -8, 1]]},
 }
-
-
-def _pad(x: int, g: int) -> int:
-    return -(-x // g) * g
+WINOGRAD_TILES = tuple(sorted(_MATRICES))
+"""The tile sizes ``m`` there are kernels for (the matrices above)."""
 
 
 def tile_of(algorithm: str) -> int:
     """``m`` of an algorithm name ``winograd<m>``."""
-    m = int(algorithm[len("winograd"):]) if algorithm.startswith("winograd") else 0
-    if m not in _MATRICES:
+    digits = algorithm[len("winograd"):]
+    m = int(digits) if algorithm.startswith("winograd") and digits.isdigit() else 0
+    if m not in WINOGRAD_TILES:
         raise ValueError(f"unknown conv algorithm {algorithm!r}: expected 'direct' or one of "
-                         f"{[f'winograd{k}' for k in _MATRICES]}")
+                         f"{[f'winograd{k}' for k in WINOGRAD_TILES]}")
     return m
 
 
@@ -265,12 +263,12 @@ def winograd_chain_te(spec: ConvChain, plan: Plan, m: int = 2):
     direct (as the unfused direct kernel)."""
     from tvm import te, tirx
 
-    from .conv import conv_kernel_shape
+    from .conv import conv_kernel_shape, pack_weights, unpacked_output
 
     if not supported(spec):
         raise ValueError(f"{spec.name}: Winograd needs a 3×3 first conv, got {spec.R1}×{spec.S1}")
-    if m not in _MATRICES:
-        raise ValueError(f"{spec.name}: Winograd tile m must be one of {sorted(_MATRICES)}, got {m}")
+    if m not in WINOGRAD_TILES:
+        raise ValueError(f"{spec.name}: Winograd tile m must be one of {list(WINOGRAD_TILES)}, got {m}")
     ks = conv_kernel_shape(spec, plan)
     ws = winograd_shape(spec, plan, m)
     nr, vl = ks.nr, ws.vl
@@ -300,10 +298,7 @@ def winograd_chain_te(spec: ConvChain, plan: Plan, m: int = 2):
     # the weights packed first (as the direct kernel's W1p: output channels contiguous), so that the transform reads
     # whole vectors; transforming straight from [k, c, r, s] (a gather per vector) took 0.22 ms (m = 2) and 0.76 ms
     # (m = 4) of Darknet-19's 1.5-1.8 ms
-    W1p = te.compute((ks.K1p // nr, ws.Cp, 3, 3, nr),
-                     lambda ko, c, r, s, ki: tirx.if_then_else(
-                         tirx.all(ko * nr + ki < spec.K1, c < C),
-                         W1[tirx.min(ko * nr + ki, spec.K1 - 1), tirx.min(c, C - 1), r, s], zero), name="W1p")
+    W1p = pack_weights(W1, ks.K1p, ws.Cp, nr, "W1p")
     Uw = weight_transform("Uw", W1p)
     Mw = gemm("Mw", V, Uw)
 
@@ -317,10 +312,7 @@ def winograd_chain_te(spec: ConvChain, plan: Plan, m: int = 2):
     T = te.compute((N, ks.K1p // nr, th * m, _pad(Wp, m), nr),
                    lambda n, ko, y, x, ki: (activation(output_transform(n, ko, y, x, ki, Mw), ko, ki) if glued
                                             else output_transform(n, ko, y, x, ki, Mw)), name="T")
-    W2p = te.compute((ks.K2p // nr, ks.K1p, R2, S2, nr),
-                     lambda ko, c, r, s, ki: tirx.if_then_else(
-                         tirx.all(ko * nr + ki < spec.K2, c < spec.K1),
-                         W2[tirx.min(ko * nr + ki, spec.K2 - 1), tirx.min(c, spec.K1 - 1), r, s], zero), name="W2p")
+    W2p = pack_weights(W2, ks.K2p, ks.K1p, nr, "W2p")
     stages = {"Ic": Ic, "V": V, "W1p": W1p, "Uw": Uw, "Mw": Mw, "T": T, "W2p": W2p}
     if wino2:
         # conv2 by Winograd over the same tile grid: its input transform reads T (zero outside the image)
@@ -345,33 +337,18 @@ def winograd_chain_te(spec: ConvChain, plan: Plan, m: int = 2):
             inside = tirx.all(y >= h2, y < H + h2, x >= w2, x < W + w2)
             return tirx.if_then_else(inside, v, zero)
 
-        U = T if halo_free else te.compute((N, ks.K1p // nr, Ht, Wt, nr), act, name="U")
+        U = T
+        if not halo_free:  # conv2's zero halo, in a stage of its own
+            U = stages["U"] = te.compute((N, ks.K1p // nr, Ht, Wt, nr), act, name="U")
         c2 = te.reduce_axis((0, ks.K1p), name="c2")
         r2 = te.reduce_axis((0, R2), name="r2")
         s2 = te.reduce_axis((0, S2), name="s2")
         O2 = te.compute((N, ks.K2p // nr, H, Wp, nr),
                         lambda n, ko, y, x, ki: te.sum(U[n, c2 // nr, y + r2, x + s2, c2 % nr] *
                                                        W2p[ko, c2, r2, s2, ki], axis=[c2, r2, s2]), name="O2")
-        stages["U"] = U
-
-    def unpack(n, k, y, x):
-        v = O2[n, k // nr, y, x, k % nr]
-        return v + b2[k] if b2 is not None else v
-
-    O = te.compute((N, spec.K2, H, W), unpack, name="O")
+    O = unpacked_output(O2, spec, b2, nr)
     stages.update(O2=O2, O=O)
     return args + [O], ks, ws, stages
-
-
-def conv2_rows(spec: ConvChain, ks, level_bytes: int, cores: int) -> int:
-    """Output rows per block of a direct conv2 in the staged schedule: both its input and output rows (``K1 + K2``
-    channels × row width) in a quarter of ``level_bytes``, and among those counts (dividing H), the largest whose
-    block count divides among the cores."""
-    row_bytes = 4 * (ks.K1p + ks.K2p) * ks.Wp
-    cap = max(1, level_bytes // 4 // row_bytes)
-    fits = [t for t in range(1, min(cap, spec.H) + 1) if spec.H % t == 0]
-    balanced = [t for t in fits if (spec.N * spec.H // t) % max(1, cores) == 0]
-    return max(balanced or fits)
 
 
 def block_tile_rows(spec: ConvChain, ks, ws: WinogradShape, level_bytes: int, cores: int = 1) -> tuple[int, int]:
@@ -421,13 +398,12 @@ class _Sched:
             _, v = self.sch.split(loop, [None, self.lanes])
             self.sch.vectorize(v)
 
-    def packing(self, name, parallel=True):
+    def packing(self, name):
         """Padding/packing stages (``Ic``, ``W1p``, ``W2p``): parallel over their two outer loops, vector inner."""
         sch = self.sch
         blk = sch.get_sblock(name)
         loops = sch.get_loops(blk)
-        if parallel:
-            sch.parallel(sch.fuse(loops[0], loops[1]))
+        sch.parallel(sch.fuse(loops[0], loops[1]))
         last = sch.get_loops(blk)[-1]
         if name == "Ic":
             sch.vectorize(last)
@@ -505,59 +481,48 @@ class _Sched:
         return par
 
 
-def schedule_winograd_chain(spec: ConvChain, plan: Plan, m: int = 2, part=None, blocked: bool = True):
+def schedule_winograd_chain(spec: ConvChain, plan: Plan, m: int = 2, blocked: bool = True):
     """The scheduled module. ``blocked`` (where :func:`block_tile_rows` finds a block): the stages after the input's
     layout change and the weights' transforms run per block of tile rows inside one parallel loop (two with a 3×3
-    conv2: conv1's, then conv2's, which reads its neighbours' rows); else each stage over the whole image in turn.
-    ``part`` (a function of the stages returning a subset of arguments) builds one part of the staged kernel alone
-    (for measuring each stage's time)."""
+    conv2: conv1's, then conv2's, which reads its neighbours' rows); else each stage over the whole image in turn."""
     from tvm import s_tir, te
 
     from shared_ir.hostinfo import num_cores
 
+    from .conv import _conv_micro, rows_per_block
+
     args, ks, ws, stages = winograd_chain_te(spec, plan, m)
-    sch = s_tir.Schedule(te.create_prim_func(part(stages, args) if part else args))
+    sch = s_tir.Schedule(te.create_prim_func(args))
     st = _Sched(sch, ks, ws, plan.micro.vector_lanes)
-    if part is None and blocked:
+    if blocked:
         tr, mr_w = block_tile_rows(spec, ks, ws, plan.fused.capacity_bytes, num_cores())
         if tr:
             return _schedule_blocked(st, spec, plan, tr, mr_w, "V2" in stages)
-    names = {sch.get(b).name_hint for b in sch.get_child_blocks(sch.get_sblock("root"))}
     for name in ("Ic", "W1p", "W2p"):
-        if name in names:
-            st.packing(name)
-    for name in ("Uw", "Uw2"):
-        if name in names:
-            st.weight_transform(name)
-    for name in ("V", "V2"):
-        if name in names:
-            st.input_transform(sch.get_sblock(name), parallel=True)
-    for name in ("Mw", "Mw2"):
-        if name in names:
-            st.gemm(sch.get_sblock(name), ks.mr, parallel=True)
-    if "T" in names:
-        st.output_transform(sch.get_sblock("T"))
-    if "U" in names and "U" in stages and stages["U"] is not stages["T"]:
+        st.packing(name)
+    wino2 = "V2" in stages  # conv2 by Winograd too
+    for suffix in ("", "2") if wino2 else ("",):
+        st.weight_transform(f"Uw{suffix}")
+        st.input_transform(sch.get_sblock(f"V{suffix}"), parallel=True)
+        st.gemm(sch.get_sblock(f"Mw{suffix}"), ks.mr, parallel=True)
+    st.output_transform(sch.get_sblock("T"))
+    if "U" in stages:
         u = sch.get_sblock("U")
         n, ko, y, x, ki = sch.get_loops(u)
         sch.reorder(n, y, ko)
         sch.parallel(sch.fuse(n, y, ko))
         st.vec(ki, ks.nr)
-    if "O2" in names and "O" in names:
-        from .conv import _conv_micro
-
-        if "V2" in stages:  # conv2's output transform per block of output rows, unpacked right after
-            par = st.output_blocks(spec, m * max(1, conv2_rows(spec, ks, plan.fused.capacity_bytes,
-                                                                   num_cores()) // m))
-            st.output_transform(st.at("O2", par))
-        else:
-            # direct conv2 per block of output rows, each block unpacked to NCHW right after (while in cache), as
-            # the fused direct kernel does (one pass over the output instead of two: ResNet-50 3×3→1×1 1.47 →
-            # 1.41 ms)
-            par = st.output_blocks(spec, conv2_rows(spec, ks, plan.fused.capacity_bytes, num_cores()))
-            o2 = st.at("O2", par)
-            ko = _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
-            sch.decompose_reduction(o2, ko)
+    rows = rows_per_block(spec, ks.K1p, ks.K2p, ks.Wp, plan.fused.capacity_bytes, num_cores())
+    if wino2:  # conv2's output transform per block of output rows (whole tiles), unpacked right after
+        par = st.output_blocks(spec, m * max(1, rows // m))
+        st.output_transform(st.at("O2", par))
+    else:
+        # direct conv2 per block of output rows, each block unpacked to NCHW right after (while in cache), as the
+        # fused direct kernel does (one pass over the output instead of two: ResNet-50 3×3→1×1 1.47 → 1.41 ms)
+        par = st.output_blocks(spec, rows)
+        o2 = st.at("O2", par)
+        ko = _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
+        sch.decompose_reduction(o2, ko)
     return sch.mod
 
 
