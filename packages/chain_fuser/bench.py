@@ -3,10 +3,10 @@
 Per shape, side by side in one process (variants interleaved, medians of repeats after warm-up, torch's thread
 count equal to TVM's): our fused kernel (the fastest of the model's top K, measured), PyTorch eager (bmm, [glue],
 bmm / conv2d, [relu], conv2d), PyTorch ``scaled_dot_product_attention`` (attention shapes), TVM without fusion
-using the same micro kernel, and TVM MetaSchedule without fusion (a fixed trial budget on a subset; its tuning
-time is recorded). numpy with OpenBLAS's best kernel runs in a subprocess whose environment has
-``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` removed before numpy is imported (the kernel OpenBLAS picked is
-recorded through threadpoolctl). The measured FMA peak gives each kernel's fraction of the machine's limit.
+using the same micro kernel, and TVM MetaSchedule without chain fusion (:mod:`chain_fuser.metaschedule`: a fixed
+trial budget per operator, on a subset at the small scale; its tuning time is recorded). numpy with OpenBLAS's best
+kernel runs in a subprocess whose environment has ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` removed before numpy
+is imported (the kernel OpenBLAS picked is recorded through threadpoolctl). The measured FMA peak gives each kernel's fraction of the machine's limit.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import random
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from typing import Any, Callable
 
@@ -56,16 +55,18 @@ MEMORY_BOUND = {
 }
 ATTENTION = {"small": [("Attention-2k", 4, 2048), ("Attention-4k", 2, 4096)],
              "full": [("Attention-2k", 12, 2048), ("Attention-4k", 8, 4096)]}
-# MetaSchedule without fusion: each GEMM of the chain tuned on its own, ``trials`` per GEMM, ``per_iter`` candidates
-# per search round, one build/run worker; ``timeout_s`` is the wall clock for both GEMMs of one shape
-# ``search``: "replay-trace" (random schedules, random cost model: the cheapest search that still measures) or
-# "evolutionary" (the default search with a cost model, shrunk); measured here under load: ~40 s start-up and
-# ~15 s per candidate build with one build worker, so the small scale tunes 4 trials per GEMM
-METASCHEDULE = {"small": {"shapes": ["ViT-Base/16", "Mixer-Small/32-S"], "trials": 4, "per_iter": 4,
-                          "timeout_s": 240, "search": "replay-trace"},
-                "full": {"shapes": ["Bert-Small", "ViT-Base/16", "ViT-Huge/14", "Mixer-Small/32-S",
-                                    "Mixer-Large/32-S"], "trials": 64, "per_iter": 16, "timeout_s": 1200,
-                         "search": "evolutionary"}}
+# MetaSchedule without chain fusion (chain_fuser.metaschedule): each operator of a chain (GEMMs, softmax, convs)
+# tuned on its own, ``trials`` measured candidates per operator, ``per_iter`` per search round; ``group``: chains per
+# tuning run (None: all in one), ``timeout_s`` the wall clock of one run, ``workers`` its build workers ("cores":
+# one per core). ``search``: "replay-trace" (random schedules, random cost model: the cheapest search that still
+# measures) or "evolutionary" (the default search with a cost model, shrunk). Measured here under load: ~30 s per
+# operator of start-up and ~8 s per candidate with one build worker, so the small scale tunes 4 trials per
+# operator of 3 chains, 2 GEMM chains and 1 conv chain (the reference suite's 12 : 6 mix); the full scale every
+# shape, one tuning run per shape (a run that fails loses only its shape).
+METASCHEDULE = {"small": {"shapes": ["ViT-Base/16", "Mixer-Small/32-S", "ResNet-50-3x3-1x1"], "trials": 4,
+                          "per_iter": 4, "timeout_s": 600, "search": "replay-trace", "group": None, "workers": 1},
+                "full": {"shapes": None, "trials": 16, "per_iter": 16, "timeout_s": 1800, "search": "evolutionary",
+                         "group": 1, "workers": "cores"}}
 
 
 def shapes(scale: str) -> list[dict]:
@@ -462,118 +463,6 @@ class SelfTimed:
         return r[0] if isinstance(r, tuple) else r
 
 
-# --- MetaSchedule (no fusion) ---------------------------------------------------------------------------------------
-_MS_SCRIPT = r"""
-import json, os, sys, tempfile, time
-sys.path[:0] = json.loads(sys.argv[4])
-from chain_fuser.kernel import import_tvm
-tvm = import_tvm()
-from tvm import te
-from tvm.s_tir import meta_schedule as ms
-from chain_fuser.codegen import target
-shapes = json.loads(sys.argv[1])  # [[batch, M, N, K, L], ...]: every shape's GEMMs are tasks of one tuning run
-trials, outdir = int(sys.argv[2]), sys.argv[3]
-per_iter = int(sys.argv[5])
-
-
-def gemm(name, b, m, k, n):
-    X = te.placeholder((b, m, k), name="X"); Y = te.placeholder((b, k, n), name="Y")
-    r = te.reduce_axis((0, k), "r")
-    Z = te.compute((b, m, n), lambda i, p, q: te.sum(X[i, p, r] * Y[i, r, q], axis=r), name=name)
-    return tvm.IRModule({"main": te.create_prim_func([X, Y, Z])})
-
-
-strategy = sys.argv[6]
-# the chain unfused: GEMM 1 (C = A·B) and GEMM 2 (E = C·D) are two tasks of one tuning run (one builder/runner
-# start-up for both), each searched and tiled on its own; the intermediate goes to memory
-funcs = {}
-for i, (b, M, N, K, L) in enumerate(shapes):
-    funcs[f"s{i}_gemm1"] = gemm("gemm1", b, M, K, L)
-    funcs[f"s{i}_gemm2"] = gemm("gemm2", b, M, L, N)
-mod = tvm.IRModule({n: f["main"].with_attr("global_symbol", n) for n, f in funcs.items()})
-if strategy == "evolutionary":  # the default search, shrunk to fit a handful of trials
-    st = ms.search_strategy.EvolutionarySearch(population_size=32, init_min_unmeasured=8, genetic_num_iters=1)
-    cm = "xgb"
-else:  # random schedules from the design space: no cost-model training, the cheapest search that still measures
-    st, cm = "replay-trace", "random"
-t = time.perf_counter()
-with tempfile.TemporaryDirectory() as wd:
-    # one build and one run worker, few candidates per round, one quick measurement each: the smallest
-    # MetaSchedule that still searches (2 cores shared with the benchmark's own process)
-    db = ms.tune_tir(mod, target(), wd, max_trials_global=len(funcs) * trials, max_trials_per_task=trials,
-                     num_trials_per_iter=per_iter, strategy=st, cost_model=cm,
-                     builder=ms.builder.LocalBuilder(max_workers=1, timeout_sec=120),
-                     runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
-                         number=1, repeat=1, min_repeat_ms=0)),
-                     num_tuning_cores=1, seed=0)
-    tune_s = time.perf_counter() - t
-    for name, f in funcs.items():
-        sch = ms.tir_integration.compile_tir(db, mod[name], target())
-        if sch is None:
-            print(json.dumps({"error": name + ": no valid schedule after " + str(trials) + " trials",
-                              "tune_s": tune_s}))
-            sys.exit(3)
-        fn = sch.mod["main"].with_attr("global_symbol", "main")
-        tvm.build(tvm.IRModule({"main": fn}), target=target()).export_library(os.path.join(outdir, name + ".so"))
-print(json.dumps({"tune_s": tune_s, "search": strategy}))
-"""
-
-
-class MetaScheduleChain:
-    """The unfused chain from two MetaSchedule-tuned GEMMs: ``E = gemm2(gemm1(A, B), D)``, the intermediate in
-    memory (allocated once, outside the timed call)."""
-
-    def __init__(self, g1, g2, spec: GemmChain):
-        import torch
-
-        self.g1, self.g2 = g1, g2
-        self.C = torch.empty(spec.batch, spec.M, spec.L)
-        self.E = torch.empty(spec.batch, spec.M, spec.N)
-
-    def __call__(self, A, B, D):
-        self.g1["main"](A, B, self.C)
-        self.g2["main"](self.C, D, self.E)
-        return self.E
-
-
-def metaschedule_unfused(specs: list[GemmChain], trials: int, timeout_s: float = 180, per_iter: int = 4,
-                         strategy: str = "replay-trace") -> tuple[dict[str, "MetaScheduleChain"], float, str]:
-    """Tune the chains' GEMMs separately (no fusion: the intermediate goes to memory) with MetaSchedule: every
-    GEMM of every chain is a task of *one* ``tune_tir`` run (one builder/runner start-up for all), ``trials``
-    measured candidates per GEMM, in a subprocess (its worker pools and any crash stay out of the benchmark),
-    under a strict wall clock for the whole run. Returns ({spec name: MetaScheduleChain}, tuning seconds, note)."""
-    from .kernel import import_tvm
-
-    tvm = import_tvm()
-    specs = [s for s in specs if not (s.bt or s.dt or s.glue != "none")]  # plain GEMM chains only
-    if not specs:
-        return {}, 0.0, "skipped: MetaSchedule baseline covers plain GEMM chains only"
-    with tempfile.TemporaryDirectory() as d:
-        t = time.perf_counter()
-        # its own session: on timeout the whole group (MetaSchedule's builder/runner workers too) is ended
-        p = subprocess.Popen([sys.executable, "-c", _MS_SCRIPT,
-                              json.dumps([[s.batch, s.M, s.N, s.K, s.L] for s in specs]), str(trials), d,
-                              _child_sys_path(), str(per_iter), strategy], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = p.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            import signal
-
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
-            return {}, time.perf_counter() - t, f"timed out after {timeout_s:.0f} s ({trials} trials per GEMM)"
-        lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
-        if p.returncode != 0 or not lines or "search" not in lines[-1]:
-            why = lines[-1].get("error") if lines and "error" in lines[-1] else err[-500:]
-            return {}, time.perf_counter() - t, f"failed: {why}"
-        chains = {}
-        for i, s in enumerate(specs):
-            mods = [tvm.runtime.load_module(os.path.join(d, f"s{i}_{n}.so")) for n in ("gemm1", "gemm2")]
-            chains[s.name] = MetaScheduleChain(*mods, s)
-        return chains, lines[-1]["tune_s"], "ok"
-
-
 # --- the run --------------------------------------------------------------------------------------------------------
 def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
         only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
@@ -636,15 +525,19 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     rows = []
     ms_runs: list[dict] = []
     ms_chains: dict = {}
-    ms_items = [it for it in items if it["name"] in ms_cfg["shapes"] and isinstance(it["spec"], GemmChain)]
+    ms_items = [it for it in items if ms_cfg["shapes"] is None or it["name"] in ms_cfg["shapes"]]
     if metaschedule and ms_items:
+        from .metaschedule import metaschedule_unfused
+
         # before any timing, alone: its builder/runner processes would otherwise take the cores from the variants
-        ms_chains, ms_tune_s, ms_note = metaschedule_unfused([it["spec"] for it in ms_items], ms_cfg["trials"],
-                                                             ms_cfg["timeout_s"], ms_cfg.get("per_iter", 4),
-                                                             ms_cfg.get("search", "replay-trace"))
-        log(f"MetaSchedule ({ms_cfg['trials']} trials per GEMM, {len(ms_items)} shapes in one run): {ms_note}, "
-            f"{ms_tune_s:.0f} s")
-        ms_runs.append({"names": [it["name"] for it in ms_items], "status": ms_note, "tune_s": ms_tune_s})
+        workers = threads if ms_cfg.get("workers") == "cores" else int(ms_cfg.get("workers") or 1)
+        ms_chains, ms_runs = metaschedule_unfused([it["spec"] for it in ms_items], ms_cfg["trials"],
+                                                  ms_cfg["timeout_s"], ms_cfg.get("per_iter", 4),
+                                                  ms_cfg.get("search", "replay-trace"), ms_cfg.get("group"), workers,
+                                                  log=log)
+        by_spec = {it["spec"].name: it["name"] for it in ms_items}
+        for r in ms_runs:  # the benchmark's shape names
+            r["names"] = [by_spec[n] for n in r["names"]]
     pinning = None
     if pin:
         # torch's OpenMP pool, the OpenBLAS child and MetaSchedule's processes exist by now (they would inherit the
@@ -682,8 +575,9 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         if server is not None and isinstance(spec, GemmChain):
             variants["openblas"] = server.variant(name, spec)
         ms_tune_s = ms_note = None
-        if any(name in r["names"] for r in ms_runs):
-            ms_tune_s, ms_note = ms_runs[0]["tune_s"], ms_runs[0]["status"]
+        ms_run = next((r for r in ms_runs if name in r["names"]), None)
+        if ms_run is not None:
+            ms_tune_s, ms_note = ms_run["tune_s"], ms_run["status"]
             rt = ms_chains.get(spec.name)
             if rt is not None:
                 variants["metaschedule"] = lambda rt=rt: rt(*ins)
@@ -708,7 +602,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                # where the run's time goes: tuning (compiles, or the disk cache) + inputs and the reference, and timing
                "seconds": {"prepare": t_timing - t_row, "timing": time.perf_counter() - t_timing}}
         if ms_tune_s is not None:
-            row["metaschedule_tune_s"] = ms_tune_s  # the one tuning run of the whole subset
+            row["metaschedule_tune_s"] = ms_tune_s  # the tuning run this shape was part of
             row["metaschedule_status"] = ms_note
             row["metaschedule_trials"] = ms_cfg["trials"]
         o = row["ms"]["ours"]
@@ -759,14 +653,17 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         "openblas": server.info if server is not None else None,
         "openblas_note": "numpy in a child process without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, timed interleaved "
                          "with the other variants; softmax there is numpy's",
-        "metaschedule": {"trials_per_shape": 2 * ms_cfg["trials"], "trials_per_gemm": ms_cfg["trials"],
+        "metaschedule": {"trials_per_operator": ms_cfg["trials"],
                          "num_trials_per_iter": ms_cfg.get("per_iter", 4), "timeout_s": ms_cfg["timeout_s"],
                          "search": ms_cfg.get("search", "replay-trace"),
                          "shapes": ms_cfg["shapes"], "runs": ms_runs,
                          "tune_s": sum(r["tune_s"] for r in ms_runs),
-                         "note": "one ms.tune_tir run over every GEMM of the subset's chains as separate tasks (no "
-                                 "fusion, intermediate in memory), trials_per_gemm measured candidates per GEMM, "
-                                 "1 build + 1 run worker; timed as gemm1 then gemm2; subset only"},
+                         "group": ms_cfg.get("group"), "workers": ms_cfg.get("workers", 1),
+                         "note": "chain_fuser.metaschedule: every operator of a chain (GEMMs with their element-wise "
+                                 "epilogue, softmax, convs with padding, bias and ReLU) a task of its own (no chain "
+                                 "fusion: intermediates in memory), trials_per_operator measured candidates each, "
+                                 "the chains of a group in one tune_tir run; timed as its operators in turn"
+                                 + ("" if ms_cfg["shapes"] is None else "; subset only")},
         "shapes": rows,
         "reference_geomean_vs_torch": geomean(sp(ref_rows, "torch")),
         "reference_min_vs_torch": min(sp(ref_rows, "torch"), default=None),
@@ -781,6 +678,8 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         "memory_bound_geomean_vs_torch": geomean(sp(mem_rows, "torch")),
         "attention_vs_sdpa": geomean(sp(mem_rows, "sdpa")),
         "geomean_vs_metaschedule": geomean(sp(rows, "metaschedule")),
+        "geomean_vs_metaschedule_by_kind": {k: geomean(sp([r for r in rows if r["kind"] == k], "metaschedule"))
+                                            for k in ("gemm", "conv", "attention")},
         "geomean_vs_metaschedule_why_none": (None if sp(rows, "metaschedule") else
                                              "; ".join(f"{', '.join(r['names'])}: {r['status']} ({r['tune_s']:.0f} s)"
                                                        for r in ms_runs) or "MetaSchedule not run"),
@@ -877,8 +776,9 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
 
 # what the default scale measures smaller than --scale full (the keys are measured the same way at both)
 REDUCED = {"small": "memory-bound chains 2k-8k (full: up to 8k x 8k), attention batch 4 x 2k / 2 x 4k tokens (full: 12 x "
-                    "2k / 8 x 4k), YOLO-1 at 56x56 (full: 112x112), MetaSchedule on 2 shapes x 4 trials per GEMM with "
-                    "random replay (full: 5 shapes x 64 trials, evolutionary search), 5 repeats (full: 7)"}
+                    "2k / 8 x 4k), YOLO-1 at 56x56 (full: 112x112), MetaSchedule on 3 shapes (2 GEMM chains, 1 "
+                    "conv chain) x 4 trials per operator with random replay (full: every shape, 16 trials, evolutionary "
+                    "search), 5 repeats (full: 7)"}
 
 
 def _machine(threads: int) -> dict:
@@ -922,8 +822,10 @@ def summary_table(res: dict) -> str:
                  f"{f(res.get('reference_peak_fraction_cpu'), '{:.0%}')} of the per-core FMA peak")
     lines.append(f"  memory bound: ×{f(res['memory_bound_geomean_vs_torch'])} vs torch; attention ×"
                  f"{f(res['attention_vs_sdpa'])} vs SDPA")
-    lines.append(f"  ×{f(res['geomean_vs_metaschedule'])} vs MetaSchedule ({res['metaschedule']['trials_per_gemm']} "
-                 f"trials per GEMM, {len(res['metaschedule']['shapes'])} shapes"
+    msr = res["metaschedule"]
+    lines.append(f"  ×{f(res['geomean_vs_metaschedule'])} vs MetaSchedule ({msr['trials_per_operator']} "
+                 f"trials per operator, {sum(len(r['names']) for r in msr['runs'])} shapes: "
+                 + ", ".join(f"{k} ×{f(v)}" for k, v in res["geomean_vs_metaschedule_by_kind"].items() if v)
                  + (f"; {res['geomean_vs_metaschedule_why_none']}" if res.get('geomean_vs_metaschedule_why_none')
                     else "") + f"); fused vs unfused (same micro kernel) ×"
                  f"{f(res['geomean_fused_vs_unfused_same_microkernel'])}")
@@ -960,7 +862,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="results/bench-chain_fuser.json")
     ap.add_argument("--only", nargs="*", help="shape names or suites to run")
     ap.add_argument("--no-metaschedule", action="store_true")
-    ap.add_argument("--ms-trials", type=int, default=None, help="MetaSchedule trial budget per shape")
+    ap.add_argument("--ms-trials", type=int, default=None, help="MetaSchedule's measured candidates per operator")
     ap.add_argument("--ms-per-iter", type=int, default=None, help="MetaSchedule candidates per search round")
     ap.add_argument("--ms-search", choices=["replay-trace", "evolutionary"], default=None,
                     help="MetaSchedule search strategy")
