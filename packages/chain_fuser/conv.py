@@ -12,6 +12,7 @@ conv2 runs on it. Channel loops stay inside the tile (conv2 needs every channel 
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from .model import Plan
@@ -299,6 +300,7 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
                 if name != "Ip" and nr % lanes == 0:
                     _, v = sch.split(sch.get_loops(blk)[-1], [None, lanes])
                     sch.vectorize(v)
+        finish_unpack(sch)
         return sch.mod
     # unfused: each stage at root, parallel over (n, row, output-channel panel), row-major: a core computes every
     # channel of its rows, so conv2 and the unpack read rows its own cache holds (panel-major, conv2 read half of
@@ -327,29 +329,122 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
         sch.parallel(sch.fuse(n, panels[1], panels[0]))
     else:
         sch.parallel(sch.fuse(n, k))
+    finish_unpack(sch)
     return sch.mod
 
 
 def _unpack_panels(sch, k, y, x, width: int, K: int, nr: int):
     """Schedule the unpack ``O2[n, k/nr, y, x, k%nr] → O[n, k, y, x]`` (a transpose of each ``x × nr`` panel) as
-    ``k/nr, y, x/vl | k%nr (unrolled), x%vl (vector)``: vector stores along the output's rows, and each panel's
-    ``vl`` columns × ``nr`` channels read while they are in L1. ``vl`` is 16, 8 or 4 where one divides ``width`` (whole
-    vector registers; 14-wide vectors were 1-3 % slower on ResNet-50 3×3→1×1), else its largest divisor up to 16.
-    Returns the (panel, row) loops, or None when ``K`` is not a whole number of panels (left as it is).
+    ``k/nr, y, x/vl | k%nr, x%vl``: vector stores along the output's rows, and each panel's ``vl`` columns × ``nr``
+    channels read while they are in L1. ``vl`` is 16, 8 or 4 where one divides ``width`` (whole vector registers;
+    14-wide vectors were 1-3 % slower on ResNet-50 3×3→1×1), else its largest divisor up to 16. With ``vl`` 8 or 16
+    each ``vl × vl`` block is marked for a transpose in registers, done by :func:`finish_unpack` at the end of the
+    schedule (:func:`transpose_intrin`: ``vl`` vector loads, a shuffle network, ``vl`` vector stores; conv2's bias
+    added there); else ``k%nr`` is unrolled and ``x%vl`` vectorised, which LLVM builds from scalar inserts. Returns the (panel, row) loops, or None when ``K`` is not a whole number
+    of panels (left as it is).
 
     Why: the unpack ran channel by channel over whole tiles, a scalar load and store per element (reads 128 bytes
     apart). Measured (2 threads, ResNet-50 3×3→1×1, 256 × 56 × 56 outputs): the unpack alone 0.32 → 0.076 ms
-    (a contiguous copy of the same bytes: 0.053 ms); the fused kernel 2.25 → 1.96 ms, interleaved in one process."""
+    (a contiguous copy of the same bytes: 0.053 ms); the fused kernel 2.25 → 1.96 ms, interleaved in one process.
+    The register transpose then took the unpack of 256 × 16 × 56 outputs from 0.044 to 0.033 ms (2 threads; in
+    the Winograd kernel of that chain the unpack had been 9.7 % of one core's time); whole kernels, interleaved in
+    one process, two runs: ResNet-50 3×3→1×1 Winograd ×1.016-1.021, direct fused ×1.020-1.029, the other conv
+    chains ×0.99-1.03 (Inception's 35-wide rows keep the vector code)."""
     if K % nr:
         return None
     vl = next((v for v in (16, 8, 4) if width % v == 0), max(v for v in range(1, 17) if width % v == 0))
     ko, ki = sch.split(k, [None, nr])
     xo, xv = sch.split(x, [None, vl])
+    if vl in TRANSPOSE_WIDTHS and nr % vl == 0:
+        kb, kv = sch.split(ki, [None, vl])
+        sch.reorder(ko, y, xo, kb, kv, xv)
+        # tensorized last (finish_unpack): a tensorized consumer here made a later compute_at of conv2 fail
+        sch.annotate(kv, _TRANSPOSE_MARK, vl)
+        return ko, y
     sch.reorder(ko, y, xo, ki, xv)
     sch.unroll(ki)
     if vl > 1:
         sch.vectorize(xv)
     return ko, y
+
+
+_TRANSPOSE_MARK = "chain_fuser_transpose"
+
+
+def finish_unpack(sch, block: str = "O"):
+    """The last step of a conv schedule: the register transpose of the unpack's ``vl × vl`` blocks, where
+    :func:`_unpack_panels` marked one; where it does not match (the tensorize fails), the same loops as vector
+    code (``k%nr`` unrolled, ``x%vl`` vectorised)."""
+    from tvm import s_tir
+
+    loops = sch.get_loops(sch.get_sblock(block))
+    marked = [i for i, lp in enumerate(loops) if _TRANSPOSE_MARK in sch.get(lp).annotations]
+    if not marked:
+        return
+    i = marked[0]
+    kb, kv, xv = loops[i - 1], loops[i], loops[i + 1]
+    vl = int(sch.get(kv).annotations[_TRANSPOSE_MARK])
+    sch.unannotate(kv, _TRANSPOSE_MARK)
+    for bias in (False, True):  # the block's body tells which one matches
+        try:
+            sch.tensorize(kv, transpose_intrin(vl, bias))
+            return
+        except s_tir.ScheduleError:
+            continue
+    sch.unroll(kb)
+    sch.unroll(kv)
+    sch.vectorize(xv)
+
+
+TRANSPOSE_WIDTHS = (8, 16)
+"""Block sizes of the register transpose (:func:`transpose_intrin`): one 256- or 512-bit vector of floats."""
+
+
+@functools.cache
+def transpose_intrin(v: int, bias: bool = False) -> str:
+    """Register (once) and name the tensor intrinsic ``B[k, 0, x] = A[x, k] (+ C[k])`` over a ``v × v`` block of
+    floats: ``v`` vector loads of ``A``'s rows, ``log2 v`` rounds of ``v`` two-vector shuffles (row ``i`` with row
+    ``i + v/2``, interleaving their low and then their high halves: after ``log2 v`` rounds row ``j`` holds column
+    ``j``), ``v`` vector stores (``B``'s middle axis: the rows between, e.g. ``y`` in ``[k, y, x]``). The shuffles
+    are nested expressions, not bound variables: a vector bound inside a block became a workspace allocation per
+    parallel task (2.6× slower than the copy it replaces)."""
+    import tvm
+    from tvm import s_tir
+
+    assert v in TRANSPOSE_WIDTHS, v
+    name = f"chain_fuser.transpose{v}" + ("_bias" if bias else "")
+    lo = [j for i in range(v // 2) for j in (i, v + i)]
+    hi = [j for i in range(v // 2, v) for j in (i, v + i)]
+    rows = [f"A.vload([{i}, 0], 'float32x{v}')" for i in range(v)]
+    for _ in range(v.bit_length() - 1):
+        rows = [f"T.Shuffle([{rows[i]}, {rows[i + v // 2]}], {idx})" for i in range(v // 2) for idx in (lo, hi)]
+    c_param = ", c: T.handle" if bias else ""
+    c_buf = [f"    C = T.match_buffer(c, ({v},), 'float32', offset_factor=1)"] if bias else []
+    c_read = f", C[0:{v}]" if bias else ""
+
+    def func(body: list[str], strided: bool) -> str:
+        strides = [", strides=(sa, 1)", ", strides=(sb, sy, 1)"] if strided else ["", ""]
+        return "\n".join([
+            "@T.prim_func(s_tir=True)",
+            f"def f(a: T.handle, b: T.handle{c_param}) -> None:",
+            *(["    sa = T.int32()", "    sb = T.int32()", "    sy = T.int32()"] if strided else []),
+            f"    A = T.match_buffer(a, ({v}, {v}), 'float32'{strides[0]}, offset_factor=1)",
+            f"    B = T.match_buffer(b, ({v}, 1, {v}), 'float32'{strides[1]}, offset_factor=1)",
+            *c_buf,
+            "    with T.sblock('root'):",
+            f"        T.reads(A[0:{v}, 0:{v}]{c_read})",
+            f"        T.writes(B[0:{v}, 0:1, 0:{v}])",
+            *body])
+
+    add = " + C[vk]" if bias else ""
+    desc = func([f"        for k, x in T.grid({v}, {v}):",
+                 "            with T.sblock('O'):",
+                 "                vk, vx = T.axis.remap('SS', [k, x])",
+                 f"                B[vk, 0, vx] = A[vx, vk]{add}"], False)
+    impl = func([f"        B[{j}, 0, T.ramp(0, 1, {v})] = {rows[j]}"
+                 + (f" + T.broadcast(C[{j}], {v})" if bias else "") for j in range(v)], True)
+    s_tir.TensorIntrin.register(name, tvm.script.from_source(desc), tvm.script.from_source(impl), override=True)
+    return name
 
 
 def conv_call(kernel, tensors, out=None):

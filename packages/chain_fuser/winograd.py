@@ -489,7 +489,7 @@ def schedule_winograd_chain(spec: ConvChain, plan: Plan, m: int = 2, blocked: bo
 
     from shared_ir.hostinfo import num_cores
 
-    from .conv import _conv_micro, rows_per_block
+    from .conv import _conv_micro, finish_unpack, rows_per_block
 
     args, ks, ws, stages = winograd_chain_te(spec, plan, m)
     sch = s_tir.Schedule(te.create_prim_func(args))
@@ -523,6 +523,7 @@ def schedule_winograd_chain(spec: ConvChain, plan: Plan, m: int = 2, blocked: bo
         o2 = st.at("O2", par)
         ko = _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
         sch.decompose_reduction(o2, ko)
+    finish_unpack(sch)
     return sch.mod
 
 
@@ -534,7 +535,7 @@ def _schedule_blocked(st: _Sched, spec: ConvChain, plan: Plan, tr: int, mr_w: in
     conv2 one pipeline does it all; with a Winograd conv2 its blocks need their neighbours' rows of conv1's output,
     so conv1's pipeline (to ``T``) runs first over all blocks, then conv2's (to the output).
     The input's layout change and the weights' transforms run before, over the whole tensors."""
-    from .conv import _conv_micro
+    from .conv import _conv_micro, finish_unpack
 
     sch, ks, m = st.sch, st.ks, st.ws.m
     st.packing("Ic")
@@ -557,4 +558,5 @@ def _schedule_blocked(st: _Sched, spec: ConvChain, plan: Plan, tr: int, mr_w: in
         st.output_transform(st.at("O2", par2))
         st.gemm(st.at("Mw2", par2), mr_w)
         st.input_transform(st.at("V2", par2))
+    finish_unpack(sch)
     return sch.mod

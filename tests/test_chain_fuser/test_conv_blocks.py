@@ -124,3 +124,29 @@ def test_unfused_stages_run_row_major_and_packing_splits_panels_by_channel():
     loops = [name for name, _ in re.findall(r"for (\w+) in T.parallel\((\d+)\)", _schedule(spec, plan, False).script())]
     assert loops.count("n_y_ko_fused") == 3 and "n_y_k_0_fused" in loops  # conv1, activation, conv2; the unpack
     assert loops.count("ko_c_fused") == 2  # both weights
+
+
+@pytest.mark.parametrize("width,bias2,transposed", [(16, False, True), (8, True, True), (24, True, True),
+                                                    (7, False, False), (12, True, False)])
+@pytest.mark.parametrize("algorithm", ["direct-fused", "direct-unfused", "winograd2"])
+def test_unpack_register_transpose_is_exact(width, bias2, transposed, algorithm):
+    # the NCHW unpack of conv2's blocked output: a register transpose (shuffles) where the row width is a whole
+    # number of 8- or 16-float vectors (with conv2's bias added there), else vector code; the same values either way
+    from chain_fuser.conv import schedule_conv_chain
+    from chain_fuser.kernel import build_kernel
+    from chain_fuser.winograd import plan_for, schedule_winograd_chain
+
+    spec = ConvChain(1, 5, 6, width, 12, 3, 3, 64, 1, 1, glue="relu", bias1=True, bias2=bias2)
+    plans = plan_chain(spec, top_k=1)
+    if algorithm == "winograd2":
+        plan = plan_for(spec, plans)
+        mod = schedule_winograd_chain(spec, plan, 2)
+    else:
+        plan = plans[0]
+        mod = schedule_conv_chain(spec, plan, fused=algorithm == "direct-fused")
+    assert ("T.Shuffle" in mod.script()) == (transposed and plan.micro.nr % 8 == 0)
+    k = build_kernel(spec, plan, fused=algorithm == "direct-fused", use_cache=False,
+                     algorithm="winograd2" if algorithm == "winograd2" else "direct")
+    ins = random_inputs(spec, seed=3)
+    ref = reference(spec, *ins)
+    assert float((k(*ins) - ref).abs().max() / ref.abs().max()) < 2e-6
