@@ -6,7 +6,8 @@ bmm / conv2d, [relu], conv2d), PyTorch ``scaled_dot_product_attention`` (attenti
 using the same micro kernel, and TVM MetaSchedule without chain fusion (:mod:`chain_fuser.metaschedule`: a fixed
 trial budget per operator, on a subset at the small scale; its tuning time is recorded). numpy with OpenBLAS's best
 kernel runs in a subprocess whose environment has ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` removed before numpy
-is imported (the kernel OpenBLAS picked is recorded through threadpoolctl). The measured FMA peak gives each kernel's fraction of the machine's limit.
+is imported (the kernel OpenBLAS picked is recorded through threadpoolctl). The measured FMA peak gives each
+kernel's fraction of the machine's limit.
 """
 from __future__ import annotations
 

@@ -61,6 +61,19 @@ def _ew(X, f, name):
     return te.compute(X.shape, lambda *i: f(X(*i), *i), name=name)
 
 
+def _bmm(name: str, operands: tuple[str, str], b: int, m: int, k: int, n: int, rhs_transposed: bool):
+    """``([X, Y], Z)``: the batched GEMM ``Z = X·Y`` (``X`` (b, m, k); ``Y`` (b, k, n), or (b, n, k) when
+    ``rhs_transposed``), its placeholders named ``operands``."""
+    from tvm import te
+
+    X = te.placeholder((b, m, k), name=operands[0])
+    Y = te.placeholder((b, n, k) if rhs_transposed else (b, k, n), name=operands[1])
+    r = te.reduce_axis((0, k), "r")
+    Z = te.compute((b, m, n), lambda i, p, q: te.sum(X[i, p, r] * (Y[i, q, r] if rhs_transposed else Y[i, r, q]),
+                                                     axis=r), name=name)
+    return [X, Y], Z
+
+
 def _prim_funcs(spec: GemmChain | ConvChain) -> dict[str, object]:
     """TE → TensorIR of each operator of :func:`chain_ops` (arguments: its inputs in order, then its output)."""
     from tvm import te, tirx
@@ -69,12 +82,7 @@ def _prim_funcs(spec: GemmChain | ConvChain) -> dict[str, object]:
     funcs = {}
     if isinstance(spec, GemmChain):
         b, M, N, K, L = spec.batch, spec.M, spec.N, spec.K, spec.L
-        A = te.placeholder((b, M, K), name="A")
-        B = te.placeholder((b, L, K) if spec.bt else (b, K, L), name="B")
-        k = te.reduce_axis((0, K), "k")
-        C = te.compute((b, M, L), lambda i, m, l: te.sum(A[i, m, k] * (B[i, l, k] if spec.bt else B[i, k, l]),
-                                                         axis=k), name="gemm1")
-        args = [A, B]
+        args, C = _bmm("gemm1", ("A", "B"), b, M, K, L, spec.bt)
         scale = spec.scale
         if spec.bias1:  # as the reference: C·scale + b1, then the glue at scale 1
             b1 = te.placeholder((L,), name="b1")
@@ -97,12 +105,7 @@ def _prim_funcs(spec: GemmChain | ConvChain) -> dict[str, object]:
             sm = te.compute((b, M), lambda i, m: te.sum(ex[i, m, r2], axis=r2), name="row_sum")
             P = te.compute((b, M, L), lambda i, m, l: ex[i, m, l] / sm[i, m], name="softmax")
             funcs["softmax"] = te.create_prim_func([X, P])
-        Cin = te.placeholder((b, M, L), name="C")
-        D = te.placeholder((b, N, L) if spec.dt else (b, L, N), name="D")
-        r = te.reduce_axis((0, L), "l")
-        E = te.compute((b, M, N), lambda i, m, n: te.sum(Cin[i, m, r] * (D[i, n, r] if spec.dt else D[i, r, n]),
-                                                         axis=r), name="gemm2")
-        args = [Cin, D]
+        args, E = _bmm("gemm2", ("C", "D"), b, M, L, N, spec.dt)
         if spec.bias2:
             b2 = te.placeholder((N,), name="b2")
             args.append(b2)
@@ -206,14 +209,14 @@ _CHILD = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); " \
 
 
 def _tune_group(specs, trials, timeout_s, per_iter, strategy, workers):
+    from .bench import _child_sys_path
     from .kernel import import_tvm
 
     tvm = import_tvm()
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
         # its own session: on timeout the whole group (MetaSchedule's builder/runner workers too) is ended
-        p = subprocess.Popen([sys.executable, "-c", _CHILD, json.dumps([pkg, os.path.dirname(pkg)]),
+        p = subprocess.Popen([sys.executable, "-c", _CHILD, _child_sys_path(),
                               json.dumps([_spec_to_json(s) for s in specs]), str(trials), d, str(per_iter),
                               strategy, str(workers)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
