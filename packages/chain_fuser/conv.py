@@ -340,8 +340,8 @@ def _unpack_panels(sch, k, y, x, width: int, K: int, nr: int):
     14-wide vectors were 1-3 % slower on ResNet-50 3×3→1×1), else its largest divisor up to 16. With ``vl`` 8 or 16
     each ``vl × vl`` block is marked for a transpose in registers, done by :func:`finish_unpack` at the end of the
     schedule (:func:`transpose_intrin`: ``vl`` vector loads, a shuffle network, ``vl`` vector stores; conv2's bias
-    added there); else ``k%nr`` is unrolled and ``x%vl`` vectorised, which LLVM builds from scalar inserts. Returns the (panel, row) loops, or None when ``K`` is not a whole number
-    of panels (left as it is).
+    added there); else ``k%nr`` is unrolled and ``x%vl`` vectorised, which LLVM builds from scalar inserts. Returns
+    the (panel, row) loops, or None when ``K`` is not a whole number of panels (left as it is).
 
     Why: the unpack ran channel by channel over whole tiles, a scalar load and store per element (reads 128 bytes
     apart). Measured (2 threads, ResNet-50 3×3→1×1, 256 × 56 × 56 outputs): the unpack alone 0.32 → 0.076 ms

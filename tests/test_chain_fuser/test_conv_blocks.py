@@ -150,3 +150,19 @@ def test_unpack_register_transpose_is_exact(width, bias2, transposed, algorithm)
     ins = random_inputs(spec, seed=3)
     ref = reference(spec, *ins)
     assert float((k(*ins) - ref).abs().max() / ref.abs().max()) < 2e-6
+
+
+def test_unpack_falls_back_to_vector_code_when_the_transpose_does_not_match(monkeypatch):
+    # an intrinsic of the wrong size never matches the marked 8 x 8 blocks: the same loops become vector code
+    import chain_fuser.conv as conv
+    from chain_fuser.kernel import build_kernel
+
+    spec = ConvChain(1, 5, 6, 8, 12, 3, 3, 64, 1, 1, glue="relu", bias2=True)
+    plan = plan_chain(spec, top_k=1)[0]
+    real = conv.transpose_intrin
+    monkeypatch.setattr(conv, "transpose_intrin", lambda v, bias=False: real(16 if v == 8 else 8, bias))
+    assert "T.Shuffle" not in conv.schedule_conv_chain(spec, plan, fused=False).script()
+    k = build_kernel(spec, plan, fused=False, use_cache=False)
+    ins = random_inputs(spec, seed=3)
+    ref = reference(spec, *ins)
+    assert float((k(*ins) - ref).abs().max() / ref.abs().max()) < 2e-6
