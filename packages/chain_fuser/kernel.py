@@ -10,7 +10,7 @@ from typing import Any, Sequence
 from . import cache
 from .errors import ChainDTypeError, ChainShapeError, UnsupportedChainError
 from .model import Plan
-from .spec import ConvChain, GemmChain
+from .spec import ConvChain, GemmChain, input_names
 
 
 def import_tvm():
@@ -153,8 +153,7 @@ class FusedKernel:
         info = self.__dict__.get("_ci")
         if info is None:
             want = self.spec.shapes()
-            names = [n for n in want if n not in ("E", "O")]
-            info = {"want": [(n, tuple(want[n])) for n in names], "fn": self.module["main"]}
+            info = {"want": [(n, tuple(want[n])) for n in input_names(self.spec)], "fn": self.module["main"]}
             if isinstance(self.spec, GemmChain):
                 from .codegen import kernel_shape
 
@@ -252,7 +251,7 @@ def random_inputs(spec, seed: int = 0):
     import torch
 
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(*shape, generator=g) for n, shape in spec.shapes().items() if n not in ("E", "O")]
+    return [torch.randn(*spec.shapes()[n], generator=g) for n in input_names(spec)]
 
 
 def reference(spec, *tensors):

@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
-from .spec import ConvChain, GemmChain
+from .spec import ConvChain, GemmChain, input_names
 
 
 @dataclass(frozen=True)
@@ -146,7 +146,7 @@ class MetaScheduleChain:
 
         self.spec, self.ops = spec, chain_ops(spec)
         self.libs = [libs[op.name] for op in self.ops]
-        self.inputs = [k for k in spec.shapes() if k not in ("E", "O")]
+        self.inputs = input_names(spec)
         self.buf = {op.output: torch.empty(op.shape) for op in self.ops}
 
     def __call__(self, *tensors):

@@ -186,6 +186,11 @@ class ConvChain:
 ChainSpec = GemmChain | ConvChain
 
 
+def input_names(spec: ChainSpec) -> list[str]:
+    """The chain's operands in call order: ``spec.shapes()`` without its output (``E`` / ``O``)."""
+    return [n for n in spec.shapes() if n not in ("E", "O")]
+
+
 def _glue_fn(op: Op) -> str:
     if op.kind == OpKind.softmax:
         return "softmax"
@@ -307,4 +312,4 @@ def chain_nest(spec: ChainSpec):
     return nest
 
 
-__all__ = ["GemmChain", "ConvChain", "ChainSpec", "spec_from_chain", "FLOAT_DTYPES", "chain_dim_names", "chain_nest"]
+__all__ = ["GemmChain", "ConvChain", "ChainSpec", "input_names", "spec_from_chain", "FLOAT_DTYPES", "chain_dim_names", "chain_nest"]
