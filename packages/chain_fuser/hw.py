@@ -65,19 +65,51 @@ def cores(device) -> int:
 
 def model_levels(device) -> list[Level]:
     """Cache levels outermost first (DRAM excluded: it is the source), each with the capacity one core's tiles may
-    use and the total bandwidth of the level that fills it."""
+    use and the total bandwidth of the level that fills it (on-chip levels at the core's real clock:
+    :func:`clock_scale`)."""
     mem = list(device.memory)
     n = cores(device)
+    scale = clock_scale(device)
     out = []
     for i in range(1, len(mem)):
         lv, src = mem[i], mem[i - 1]
         per_core = lv.capacity_bytes if lv.instances >= n else lv.capacity_bytes * lv.instances // n
-        out.append(Level(lv.name, int(per_core), float(src.total_read_bandwidth_bytes_per_s)))
+        bw = float(src.total_read_bandwidth_bytes_per_s) * (scale if i > 1 else 1.0)  # DRAM's does not scale
+        out.append(Level(lv.name, int(per_core), bw))
     return out
 
 
 def l1_bandwidth(device) -> float:
-    return float(device.memory[-1].total_read_bandwidth_bytes_per_s)
+    return float(device.memory[-1].total_read_bandwidth_bytes_per_s) * clock_scale(device)
+
+
+def clock_hz(device=None) -> float:
+    """The cores' clock while they run vector FMAs: for the host, what its measured FMA peak implies (peak over
+    cores × pipes × lanes × 2 flops); else the device's declared frequency.
+
+    Why: the host's declared frequency is the nominal clock procfs reports (2.6 GHz here) while the cores boost
+    (the peak probe on Zen 5: 548 GFLOP/s = 2 cores × 2 pipes × 16 lanes × 2 × 4.28 GHz). The load ports and the
+    on-chip caches run at the boosted clock too; at the nominal one the model saw 8×16 blocks (9 loads per 8 FMAs)
+    and the caches' fill 1.65× slower than they are, against an FMA time taken from the measured peak."""
+    dev = device or host_device()
+    f = float(dev.compute.frequency_hz)
+    if dev is not host_device():
+        return f
+    peak = measured_peak_flops()
+    if not peak:
+        return f
+    from .planner import fma_pipes
+
+    rec = peak_record() or {}
+    threads = rec.get("threads") or cores(dev)
+    lanes = rec.get("lanes") or vector_lanes(dev)
+    return peak / (threads * fma_pipes(saturating_accumulators(dev)) * lanes * 2)
+
+
+def clock_scale(device=None) -> float:
+    """:func:`clock_hz` over the declared frequency (1.0 for devices other than the measured host)."""
+    dev = device or host_device()
+    return clock_hz(dev) / float(dev.compute.frequency_hz)
 
 
 def isa(device=None) -> str:

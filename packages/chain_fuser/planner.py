@@ -57,7 +57,7 @@ def register_loads(spec, mk: MicroKernel) -> float:
 
 def register_time(spec, mk: MicroKernel, device) -> float:
     """Time the L1 load ports need for the micro kernel's loads (two loads per cycle per core)."""
-    f = float(device.compute.frequency_hz)
+    f = hw.clock_hz(device)
     return register_loads(spec, mk) / (LOADS_PER_CYCLE * f * hw.cores(device))
 
 
@@ -110,6 +110,43 @@ def padded_rows_copy_s(spec, mk: MicroKernel, device) -> float:
     return 2.0 * 4.0 * spec.batch * spec.M * spec.K / bw
 
 
+PANEL_STREAM_OVERLAP = 0.3
+"""Share of the weight panels' L2 stream (:func:`panel_stream_s`) that the FMAs do not hide. Fitted on Zen 5
+(Darknet-19, YOLO-2, ResNet-50 3×3→1×1, fused, one interleaved run: 4×64 blocks, 16 B of panel per FMA from L2,
+×1.08-1.15 slower than 14×32, 4.6 B per FMA, both FMA-bound with 16 and 28 accumulators)."""
+
+
+def reductions(spec, mk: MicroKernel, T: dict[str, int] | None = None) -> list[tuple[float, int]]:
+    """Per compute op: (its padded MACs, the length of one reduction run of the micro kernel). GEMM 2 of a fused
+    kernel reduces over the l tile ``T["l"]`` per segment; without tiles, over all of L."""
+    if isinstance(spec, GemmChain):
+        Mp, Lp, Np = _pad(spec.M, mk.mr), _pad(spec.L, mk.nr), _pad(spec.N, mk.nr)
+        tl = min(Lp, T["l"]) if T and "l" in T else Lp
+        return [(float(spec.batch * Mp * Lp * spec.K), spec.K), (float(spec.batch * Mp * Np * Lp), tl)]
+    Wp = _pad(spec.W, mk.mr)
+    K1p, K2p = _pad(spec.K1, mk.nr), _pad(spec.K2, mk.nr)
+    pos = spec.N * spec.H * Wp
+    red1, red2 = spec.C * spec.R1 * spec.S1, K1p * spec.R2 * spec.S2
+    return [(float(pos * K1p * red1), red1), (float(pos * K2p * red2), red2)]
+
+
+def panel_stream_s(spec, mk: MicroKernel, device, T: dict[str, int] | None = None) -> float:
+    """Seconds of the weight panels' traffic from L2 into L1: the micro kernel runs every mr-row block of a tile
+    against one nr-wide panel (reduction × nr floats); when that panel and the block's rows (reduction × mr) do not
+    fit L1 together, each block streams the panel from L2 again: 4/mr bytes per MAC, at the L2→L1 bandwidth.
+
+    Why: on Zen 5 (two 512-bit FMAs per cycle) a 4-row block needs 32 B per cycle of panel from L2 per core, at the
+    limit of what L2 delivers; 14 rows need 9 B. The FMA and load-port model alone saw 4×64 and 14×32 tie on the
+    conv chains (reduction 9·C: panels of 150-300 KB), measured ×1.08-1.15 apart."""
+    caches = _caches(device)
+    if "l1" not in caches:
+        return 0.0
+    l1_cap, l1_fill = caches["l1"]
+    moved = sum(macs * 4.0 / mk.mr for macs, red in reductions(spec, mk, T)
+                if 4.0 * red * (mk.nr + mk.mr) > l1_cap)
+    return moved / l1_fill
+
+
 def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, list[tuple[float, MicroKernel]]]:
     """The micro kernel with the least modelled time: :func:`micro_cycles` (padded work, FMA and load issue,
     latency stalls, per-block accumulator cost) at the peak's cycle rate, plus the padded-rows copy
@@ -122,7 +159,8 @@ def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, 
             continue
         acc = mk.mr * mk.nr // mk.vector_lanes
         # core-cycles → seconds: one cycle of all cores issues pipes × lanes FMAs (2 flops each) per core
-        t = micro_cycles(spec, mk, device) * pipes * mk.vector_lanes * 2 / peak + padded_rows_copy_s(spec, mk, device)
+        t = (micro_cycles(spec, mk, device) * pipes * mk.vector_lanes * 2 / peak + padded_rows_copy_s(spec, mk, device)
+             + PANEL_STREAM_OVERLAP * panel_stream_s(spec, mk, device))
         scored.append((t * (1 - 1e-3 * min(acc, 24) / 24), mk))  # ties: more accumulators
     scored.sort(key=lambda x: x[0])
     return scored[0][1], scored
@@ -204,7 +242,7 @@ def kernel_overheads(spec, order: tuple[str, ...], T: dict[str, int], mk: MicroK
     """
     caches = _caches(device)
     n = hw.cores(device)
-    f = float(device.compute.frequency_hz)
+    f = hw.clock_hz(device)
     l1_cap, l1_fill = caches.get("l1", (1 << 62, math.inf))
     l2_cap, l2_fill = caches.get("l2", (1 << 62, math.inf))
     out: dict[str, float] = {}
@@ -250,6 +288,7 @@ def kernel_overheads(spec, order: tuple[str, ...], T: dict[str, int], mk: MicroK
         segs = b * (Mp // mk.mr) * ((Lp // mk.nr) * max(0, -(-K // T["k"]) - 1) + (Np // mk.nr) * l_segs)
         out["accumulators"] = segs * seg_cycles / (f * n)
         out["padded_rows"] = padded_rows_copy_s(spec, mk, device)
+        out["panel_stream"] = PANEL_STREAM_OVERLAP * panel_stream_s(spec, mk, device, T)
         return out
     # conv chains: spatial tiles Tp × Tq, every channel inside
     Wp = _pad(spec.W, mk.mr)
@@ -267,6 +306,7 @@ def kernel_overheads(spec, order: tuple[str, ...], T: dict[str, int], mk: MicroK
     out["intermediate_spill"] = spill(u_tile, tiles * u_tile * (2 + K2p // mk.nr))
     in_tile = 4.0 * (T["p"] + hp + spec.R1 - 1) * (T["q"] + hq + spec.S1 - 1) * spec.C
     out["input_restream"] = spill(in_tile, tiles * in_tile * (K1p // mk.nr))
+    out["panel_stream"] = PANEL_STREAM_OVERLAP * panel_stream_s(spec, mk, device)
     return out
 
 
@@ -310,14 +350,41 @@ def plan_chain(spec, device: Any = None, top_k: int = 4, fusion_level: str | Non
     if micro is not None:
         plans = _plans_for_micro(spec, dev, top_k, fusion_level, peak, micro)
     else:
-        ranked = [mk for _, mk in choose_micro(spec, dev, peak)[1]]
+        ranked = _rank_micro(spec, dev, fusion_level, peak)
         alt = top_k >= 3 and len(ranked) > 1
         plans = _plans_for_micro(spec, dev, top_k - 1 if alt else top_k, fusion_level, peak, ranked[0])
-        if alt:
-            plans += _plans_for_micro(spec, dev, 1, fusion_level, peak, ranked[1])
+        for mk in ranked[1:] if alt else ():
+            # the runner-up's best plan, and more micro kernels' while the first gave fewer distinct kernels
+            plans += _plans_for_micro(spec, dev, max(1, top_k - len(plans)), fusion_level, peak, mk)
+            if len(plans) >= top_k:
+                break
     names = [lv.name for lv in hw.model_levels(dev)]
     plans.sort(key=lambda p: (p.predicted_s, names.index(p.fusion_level), p.fused.dv_bytes))
     return [replace(p, rank=i) for i, p in enumerate(plans)]
+
+
+MICRO_SHORTLIST = 4
+"""Micro kernels (best of :func:`choose_micro`) whose best whole plan the planner compares."""
+
+
+def _rank_micro(spec, dev, fusion_level: str | None, peak: float) -> list[MicroKernel]:
+    """The :data:`MICRO_SHORTLIST` best micro kernels by :func:`choose_micro`, re-ranked by the predicted time of
+    each one's best plan (tiles, halo recompute, spills: what the micro kernel's own cycles do not see).
+
+    Why: Inception 3×3→3×3 (35 columns): 12×32 has the least micro-kernel time (36 columns, but fewer panel passes
+    from L2) while its tiles recompute more halo; measured fused 7×32 0.92 ms, 6×32 0.78 ms, 12×32 1.04 ms
+    (Zen 5, interleaved), as the whole plans predict (0.95, 0.82, 0.99 ms)."""
+    short = [mk for _, mk in choose_micro(spec, dev, peak)[1][:MICRO_SHORTLIST]]
+    scored = []
+    for i, mk in enumerate(short):
+        try:
+            best = _plans_for_micro(spec, dev, 1, fusion_level, peak, mk)[0].predicted_s
+        except InfeasiblePlanError:
+            continue
+        scored.append((best, i, mk))
+    if not scored:
+        return short
+    return [mk for _, _, mk in sorted(scored, key=lambda x: x[:2])]
 
 
 def _plans_for_micro(spec, dev, top_k: int, fusion_level: str | None, peak: float, mk: MicroKernel) -> list[Plan]:

@@ -287,8 +287,16 @@ def test_padded_rows_cost_a_copy_and_steer_the_block_height():
     assert 256 % choose_micro(spec, dev)[0].mr == 0
     # Mixer-Base: M = 768 is divisible by 12, no copy, the tallest block that fits wins
     assert choose_micro(GemmChain(1, 768, 64, 64, 384), dev)[0].mr == 12
-    # conv rows are output columns: 35 columns take a block height that divides them
-    assert 35 % choose_micro(ConvChain(1, 64, 35, 35, 96, 3, 3, 96, 3, 3), dev)[0].mr == 0
+    # conv rows are output columns: 35 columns take a block that pads them by at most one column, and the whole
+    # plan decides among the shortlisted micro kernels (a short block may have the least micro-kernel time while its
+    # tiles recompute more halo): the first plan is the best of every shortlisted kernel's best plan
+    from chain_fuser.planner import MICRO_SHORTLIST
+
+    spec = ConvChain(1, 64, 35, 35, 96, 3, 3, 96, 3, 3)
+    first = plan_chain(spec, dev)[0]
+    assert -35 % first.micro.mr <= 1
+    for _, mk in choose_micro(spec, dev)[1][:MICRO_SHORTLIST]:
+        assert first.predicted_s <= plan_chain(spec, dev, micro=mk)[0].predicted_s * (1 + 1e-9)
 
 
 def test_top_k_measures_a_second_micro_kernel():
@@ -297,3 +305,46 @@ def test_top_k_measures_a_second_micro_kernel():
     assert len({p.micro.name for p in plans}) == 2
     assert plans == sorted(plans, key=lambda p: p.predicted_s)
     assert len({p.micro.name for p in plan_chain(spec, top_k=2)}) == 1
+
+
+def test_host_clock_comes_from_the_measured_peak(monkeypatch):
+    # the declared (procfs) clock is the nominal one; the peak probe's rate gives the clock the cores run FMAs at
+    from chain_fuser import hw
+
+    host = hw.host_device()
+    rec = {"gflops": 512.0, "threads": 2, "lanes": 16, "saturating_accumulators": 8.0}
+    monkeypatch.setattr(hw, "peak_record", lambda: rec)
+    assert hw.clock_hz(host) == pytest.approx(512e9 / (2 * 2 * 16 * 2))  # threads x pipes x lanes x 2 flops
+    scale = hw.clock_scale(host)
+    assert scale == pytest.approx(4e9 / host.compute.frequency_hz)
+    levels, mem = hw.model_levels(host), list(host.memory)
+    assert levels[0].fill_bandwidth_bytes_per_s == pytest.approx(mem[0].total_read_bandwidth_bytes_per_s)  # DRAM
+    for lv, src in zip(levels[1:], mem[1:]):
+        assert lv.fill_bandwidth_bytes_per_s == pytest.approx(src.total_read_bandwidth_bytes_per_s * scale)
+    rec["saturating_accumulators"] = 4.0  # one pipe (Zen 4): the same rate means twice the clock
+    assert hw.clock_hz(host) == pytest.approx(8e9)
+    server = hw.server_device()  # not the host: its declared clock
+    assert hw.clock_hz(server) == server.compute.frequency_hz and hw.clock_scale(server) == 1.0
+
+
+def test_panel_stream_hand_derived():
+    from chain_fuser import hw
+    from chain_fuser.model import MicroKernel
+    from chain_fuser.planner import panel_stream_s
+
+    dev = hw.server_device()  # 48 KiB L1 per core
+    l1_fill = {lv.name: lv.fill_bandwidth_bytes_per_s for lv in hw.model_levels(dev)}["l1"]
+    spec = ConvChain(1, 128, 28, 28, 256, 3, 3, 128, 1, 1)  # Darknet-19
+    tall, short = MicroKernel(14, 32, 16, "avx512"), MicroKernel(4, 64, 16, "avx512")
+    # conv1 reduces over 9 x 128 = 1152: its panels (1152 x nr floats) never fit L1, so every block of mr columns
+    # reads its panel again: 4 / mr bytes per MAC; conv2 over 256 channels: 256 x (64 + 4) x 4 B = 68 KiB > 48 KiB,
+    # and 256 x (32 + 14) x 4 B = 46 KiB fits
+    macs1_tall, macs1_short = 28 * 28 * 256 * 1152, 28 * 28 * 256 * 1152  # W = 28 pads to neither 14 nor 4
+    macs2_short = 28 * 28 * 128 * 256
+    assert panel_stream_s(spec, tall, dev) == pytest.approx(macs1_tall * 4 / 14 / l1_fill)
+    assert panel_stream_s(spec, short, dev) == pytest.approx((macs1_short + macs2_short) * 4 / 4 / l1_fill)
+    # GEMM chains with K = 64 and a 32-wide l tile: small panels, nothing streamed; the whole of L = 4096 is not
+    gemm = GemmChain(1, 1024, 64, 64, 4096)
+    assert panel_stream_s(gemm, MicroKernel(8, 32, 16, "avx512"), dev, {"l": 32}) == 0.0
+    assert panel_stream_s(gemm, MicroKernel(8, 32, 16, "avx512"), dev) == pytest.approx(
+        1024 * 64 * 4096 * 4 / 8 / l1_fill)
