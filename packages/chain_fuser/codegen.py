@@ -43,11 +43,42 @@ class GemmKernelShape:
     Np: int
     mr: int
     nr: int
+    Lv: int = 0
+    """Columns of GEMM 1 the kernel computes (and GEMM 2's reduction): ``L`` padded to whole vectors. Below ``Lp``
+    (whole panels) the last panel is a *tail*: a narrower register block over its ``Lv - Lp + nr`` columns."""
+    Nv: int = 0
+    """The same for GEMM 2's columns (the output's width)."""
+
+    @property
+    def l_tail(self) -> int:
+        """Columns of GEMM 1's narrower last block (0: every block is ``nr`` wide)."""
+        return self.Lv % self.nr if self.Lv < self.Lp else 0
+
+    @property
+    def n_tail(self) -> int:
+        return self.Nv % self.nr if self.Nv < self.Np else 0
+
+
+TAILS = True
+"""Narrower last register blocks instead of whole padded panels (:func:`kernel_shape`); False: the padded kernels
+(for A/B measurements)."""
 
 
 def kernel_shape(spec: GemmChain, mk: MicroKernel) -> GemmKernelShape:
-    return GemmKernelShape(spec.batch, spec.M, _pad(spec.M, mk.mr), spec.K, spec.L, _pad(spec.L, mk.nr), spec.N,
-                           _pad(spec.N, mk.nr), mk.mr, mk.nr)
+    """Padded sizes: rows to ``mr``, the packed panels to ``nr``. The columns computed are padded to whole vectors
+    only (``Lv``, ``Nv``), except with softmax (its row statistics run over whole panels).
+
+    Why: 208-token rows (ViT/16) in 32-wide panels computed 224 columns, and GEMM 2 reduced over all 224: 7.7 % of
+    both GEMMs on padding; N = 80 (ViT-Huge) padded GEMM 2 to 96 columns, 20 %. A 16-wide last block costs one load
+    per mr FMAs more than the 32-wide ones (gemm 1 of ViT-Base/16 alone, 12 x 208 x 64 x 208, interleaved:
+    0.128 ms vs 0.137 ms padded)."""
+    Lp, Np = _pad(spec.L, mk.nr), _pad(spec.N, mk.nr)
+    if spec.glue == "softmax" or not TAILS:
+        Lv, Nv = Lp, Np
+    else:
+        Lv, Nv = min(Lp, _pad(spec.L, mk.vector_lanes)), min(Np, _pad(spec.N, mk.vector_lanes))
+    return GemmKernelShape(spec.batch, spec.M, _pad(spec.M, mk.mr), spec.K, spec.L, Lp, spec.N, Np, mk.mr, mk.nr,
+                           Lv, Nv)
 
 
 @functools.lru_cache(maxsize=4)
@@ -147,7 +178,8 @@ def gemm_chain_te(spec: GemmChain, mk: MicroKernel, fused_inputs_padded: bool = 
                                                           Dat(i, tirx.min(l, L - 1), tirx.min(no * nr + ni, N - 1)), zero)
                     if (Np != N or Lp != L) else Dat(i, l, no * nr + ni), name="Dp")
     k = te.reduce_axis((0, K), name="k")
-    C = te.compute((b, Mp, Lp), lambda i, m, l: te.sum(A[i, m, k] * Bp[i, l // nr, k, l % nr], axis=k), name="C")
+    Lv, Nv = ks.Lv, ks.Nv  # the columns computed (whole vectors; = Lp, Np with softmax)
+    C = te.compute((b, Mp, Lv), lambda i, m, l: te.sum(A[i, m, k] * Bp[i, l // nr, k, l % nr], axis=k), name="C")
     stages: dict[str, Any] = {"Bp": Bp, "Dp": Dp, "C": C}
     if spec.glue == "softmax":
         from tvm import topi
@@ -175,8 +207,8 @@ def gemm_chain_te(spec: GemmChain, mk: MicroKernel, fused_inputs_padded: bool = 
     else:
         P = _glue(C, spec, bias=b1)
         src = P if P is not None else C
-        l2 = te.reduce_axis((0, Lp), name="l2")
-        E = te.compute((b, Mp, Np), lambda i, m, n: te.sum(src[i, m, l2] * Dp[i, n // nr, l2, n % nr], axis=l2),
+        l2 = te.reduce_axis((0, Lv), name="l2")
+        E = te.compute((b, Mp, Nv), lambda i, m, n: te.sum(src[i, m, l2] * Dp[i, n // nr, l2, n % nr], axis=l2),
                        name="E")
         if P is not None:
             stages["P"] = P
@@ -348,23 +380,57 @@ def fit_gemm_tiles(spec: GemmChain, ks: GemmKernelShape, tiles) -> dict[str, int
     T = {d: _fit_tile(ext[d], int(tiles.get(d, ext[d])), gran[d]) for d in ext}
     if spec.glue == "softmax" and int(tiles.get("l", ks.Lp)) > ks.Lp - ks.nr:
         T["l"] = ks.Lp
+    # a dim with a narrower last block is not tiled (one pass over its whole, vector-padded, extent), nor is its
+    # GEMM's reduction: the tail's accumulators are zeroed in its own block (_micro_cols)
+    if ks.l_tail:
+        T["l"], T["k"] = ks.Lv, ks.K
+    if ks.n_tail:
+        T["n"], T["l"] = ks.Nv, ks.Lv
     return T
 
 
-def _gemm_root(sch, blk, T_row, T_col, T_red, mr, nr, col_first=False):
-    """One GEMM at root with the micro kernel: parallel over (batch, row tiles); col tiles, red tiles, micro."""
+def _micro_cols(sch, col, nr: int, tail: int, zero_in_block: bool = False):
+    """The micro kernel's columns over ``col``, a loop above ``(red, rows)`` (the register block's reduction step and
+    its unrolled rows, the innermost loops): panels of ``nr`` vectorised columns; with a ``tail``, the loop is
+    partitioned first and its last ``tail`` columns are a narrower block of their own (the same unrolled rows, one
+    vector per ``lanes`` columns). ``zero_in_block``: each block's accumulators zeroed right above its reduction
+    (the partition puts each block in a scope of its own, so an outer loop cannot take the zeroing; the reduction
+    must then be whole below the block: :func:`fit_gemm_tiles` keeps it so)."""
+    ext = int(sch.get(col).extent)
+    parts = [col] if not tail or tail == ext else sch.loop_partition(col, [ext - tail, None])
+    blocks = []
+    for i, part in enumerate(parts):
+        blk = sch.get_child_blocks(part)[0]
+        red, rows = sch.get_loops(blk)[-2:]
+        if i == 0:
+            c1, c2 = sch.split(part, [None, min(nr, ext)])  # (all of it one narrower block when ext < nr)
+            sch.reorder(c1, red, rows, c2)
+        else:  # a partitioned loop that does not start at 0 cannot be split: vectorised whole (LLVM splits it)
+            c2 = part
+            sch.reorder(red, rows, c2)
+        sch.unroll(rows)
+        sch.vectorize(c2)
+        if zero_in_block:
+            sch.decompose_reduction(blk, red)
+        blocks.append(blk)
+    return blocks
+
+
+def _gemm_root(sch, blk, T_row, T_col, T_red, mr, nr, col_first=False, tail: int = 0):
+    """One GEMM at root with the micro kernel: parallel over (batch, row tiles); col tiles, red tiles, micro.
+    ``tail``: the columns' narrower last block (see :func:`_micro_cols`; the columns are then one tile)."""
     b, r, c, k = sch.get_loops(blk)
     ro, ri = sch.split(r, [None, T_row])
     r1, r2 = sch.split(ri, [None, mr])
     co, ci = sch.split(c, [None, T_col])
-    c1, c2 = sch.split(ci, [None, nr])
-    ko, ki = sch.split(k, [None, T_red])
-    sch.reorder(b, ro, co, ko, r1, c1, ki, r2, c2)
+    # with a tail the reduction is one segment: its unit outer loop must not bind the block (see _micro_cols)
+    ko, ki = sch.split(k, [None, T_red], preserve_unit_iters=not tail)
+    sch.reorder(b, ro, co, ko, r1, ci, ki, r2)
     par = sch.fuse(b, ro)
     sch.parallel(par)
-    sch.unroll(r2)
-    sch.vectorize(c2)
-    sch.decompose_reduction(blk, co)
+    _micro_cols(sch, ci, nr, tail, zero_in_block=bool(tail))
+    if not tail:
+        sch.decompose_reduction(blk, co)
 
 
 def _elementwise_root(sch, blk, lanes):
@@ -404,7 +470,7 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
     e2 = sch.get_sblock(_block_name(st["E2"]))
     cblk = sch.get_sblock("C")
     if not fused:
-        _gemm_root(sch, cblk, T["m"], T["l"], T["k"], mr, nr)
+        _gemm_root(sch, cblk, T["m"], T["l"], T["k"], mr, nr, tail=ks.l_tail)
         if softmax:
             # every stage at root: the score matrix goes to memory, softmax passes over it, then GEMM 2
             for name in ("mxv", "smv"):
@@ -423,7 +489,7 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
             return sch.mod
         if "P" in st:
             _elementwise_root(sch, sch.get_sblock(_block_name(st["P"])), lanes)
-        _gemm_root(sch, e2, T["m"], T["n"], T["l"], mr, nr)
+        _gemm_root(sch, e2, T["m"], T["n"], T["l"], mr, nr, tail=ks.n_tail)
         return sch.mod
     if softmax:
         # E = Eacc / sm is the output: tile its m (the fused loop); everything else is computed at the m tile
@@ -468,14 +534,17 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
         bo, m_l, n_l, l_l = sch.get_loops(e2)
         mo, mi = sch.split(m_l, [None, T["m"]])
         no, ni = sch.split(n_l, [None, T["n"]])
-        lo, li = sch.split(l_l, [None, T["l"]])
+        lo, li = sch.split(l_l, [None, T["l"]], preserve_unit_iters=not ks.n_tail)  # (as in _gemm_root)
         m1, m2 = sch.split(mi, [None, mr])
-        n1, n2 = sch.split(ni, [None, nr])
         outer = {"m": mo, "n": no, "l": lo}
         e_order = [outer[d] for d in order if d in outer]
-        sch.reorder(bo, *e_order, m1, n1, li, m2, n2)
-        sch.unroll(m2)
-        sch.vectorize(n2)
+        if ks.n_tail:  # the columns' blocks at the end (_micro_cols), once the other stages are placed
+            sch.reorder(bo, *e_order, m1, ni, li, m2)
+        else:
+            n1, n2 = sch.split(ni, [None, nr])
+            sch.reorder(bo, *e_order, m1, n1, li, m2, n2)
+            sch.unroll(m2)
+            sch.vectorize(n2)
         # parallel: batch, and m when it leads (l is GEMM 2's reduction, n would race nothing but splits C)
         if e_order[0] is mo:
             par = sch.fuse(bo, mo)
@@ -486,10 +555,12 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
             # one parallel unit per thread, each packing B and D for itself (see _pack_per_thread)
             par, outer["m"] = sch.split(par, [threads, None])
             sch.parallel(par)
-            sch.decompose_reduction(e2, sch.get_loops(e2)[2])
+            e_init_at = sch.get_loops(e2)[2]
         else:
             sch.parallel(par)
-            sch.decompose_reduction(e2, sch.get_loops(e2)[1])
+            e_init_at = sch.get_loops(e2)[1]
+        if not ks.n_tail:  # else zeroed per register block (_micro_cols, below)
+            sch.decompose_reduction(e2, e_init_at)
         c_prefix = prefix
         c_attach = outer[prefix[-1]] if prefix else par
         if "P" in st:
@@ -503,16 +574,19 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
     _, cm, cl_l, ck = sch.get_loops(cblk)[-4:]
     c1m, c2m = sch.split(cm, [None, mr])
     c_lo, c_li = sch.split(cl_l, [None, T["l"]])
-    c1l, c2l = sch.split(c_li, [None, nr])
-    cko, cki = sch.split(ck, [None, T["k"]])
+    cko, cki = sch.split(ck, [None, T["k"]], preserve_unit_iters=not ks.l_tail)
     rest = {"l": c_lo, "k": cko}
     c_order = [rest[d] for d in order if d in rest and d not in c_prefix]
     if "l" in c_prefix:
         c_order = [c_lo] + c_order
-    sch.reorder(*c_order, c1m, c1l, cki, c2m, c2l)
-    sch.unroll(c2m)
-    sch.vectorize(c2l)
-    sch.decompose_reduction(cblk, c_order[0])
+    if ks.l_tail:
+        sch.reorder(*c_order, c1m, c_li, cki, c2m)
+    else:
+        c1l, c2l = sch.split(c_li, [None, nr])
+        sch.reorder(*c_order, c1m, c1l, cki, c2m, c2l)
+        sch.unroll(c2m)
+        sch.vectorize(c2l)
+        sch.decompose_reduction(cblk, c_order[0])
     if threads:  # B and D packed per thread, at the top of its parallel unit (their consumers are all below it)
         for name in ("Bp", "Dp"):
             blk = sch.get_sblock(name)
@@ -520,6 +594,12 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
             if nr % lanes == 0:
                 _, vi = sch.split(sch.get_loops(blk)[-1], [None, lanes])
                 sch.vectorize(vi)
+    # the tails last: a partitioned block's regions are its whole buffers, which compute_at above would then
+    # have produced in every parallel unit
+    if ks.l_tail:
+        _micro_cols(sch, c_li, nr, ks.l_tail, zero_in_block=True)
+    if ks.n_tail:
+        _micro_cols(sch, ni, nr, ks.n_tail, zero_in_block=True)
     return sch.mod
 
 

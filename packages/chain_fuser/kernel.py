@@ -192,10 +192,10 @@ class FusedKernel:
             b2 = rest.pop(0) if self.spec.bias2 else None
             if ks.Mp != ks.M:
                 A = self._padded_rows(A, ks.Mp)
-            full = out if (out is not None and ks.Mp == ks.M and ks.Np == ks.N) else \
-                torch.empty((ks.batch, ks.Mp, ks.Np), dtype=torch.float32)
+            full = out if (out is not None and ks.Mp == ks.M and ks.Nv == ks.N) else \
+                torch.empty((ks.batch, ks.Mp, ks.Nv), dtype=torch.float32)
             info["fn"](A, B, D, *([b1] if b1 is not None else []), full)
-            res = full[:, :ks.M, :ks.N] if (ks.Mp != ks.M or ks.Np != ks.N) else full
+            res = full[:, :ks.M, :ks.N] if (ks.Mp != ks.M or ks.Nv != ks.N) else full
             if b2 is not None:
                 # the second bias, one pass over the (small) output, in numpy on this thread: a torch op here would
                 # wake torch's OpenMP pool, whose spinning threads then take the cores from the next kernel
@@ -317,7 +317,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
                            tvm.__version__, _CODEGEN_VERSION, *extra)
 
 
-_CODEGEN_VERSION = 15  # bump when generated code changes: stale cached kernels are then ignored
+_CODEGEN_VERSION = 16  # bump when generated code changes: stale cached kernels are then ignored
 _WINOGRAD_VERSION = 5  # the same, for the Winograd kernels alone
 
 
@@ -385,7 +385,7 @@ class TuneReport:
                 "from_cache": self.from_cache, "seconds": self.seconds}
 
 
-_MODEL_VERSION = 7  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
+_MODEL_VERSION = 8  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
 
 
 def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int = 3, repeat: int = 7,

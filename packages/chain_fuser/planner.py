@@ -32,27 +32,36 @@ def gemm_dims(spec) -> dict[str, tuple[str, str]]:
     return {"conv1": ("q", "k1"), "conv2": ("q", "k2")}
 
 
-def padded_flops(spec, mk: MicroKernel) -> float:
+def block_work(spec, mk: MicroKernel) -> list[tuple[float, int]]:
+    """The micro kernel's work as (multiply-adds, register block width): ``nr`` wide blocks over the padded extents,
+    and a GEMM chain's narrower last blocks where its columns end inside a panel (``codegen.kernel_shape``: ``Lv``,
+    ``Nv``; the padded rows ``Mp`` are computed too)."""
     if isinstance(spec, GemmChain):
-        Mp = _pad(spec.M, mk.mr)
-        Lp, Np = _pad(spec.L, mk.nr), _pad(spec.N, mk.nr)
-        return 2.0 * spec.batch * Mp * Lp * (spec.K + Np)
+        from .codegen import kernel_shape
+
+        ks = kernel_shape(spec, mk)
+        rows = spec.batch * ks.Mp
+        work = [(rows * (ks.Lv - ks.l_tail) * spec.K, mk.nr), (rows * (ks.Nv - ks.n_tail) * ks.Lv, mk.nr)]
+        work += [(rows * ks.l_tail * spec.K, ks.l_tail), (rows * ks.n_tail * ks.Lv, ks.n_tail)]
+        return [(float(m), w) for m, w in work if m > 0]
     Wp = _pad(spec.W, mk.mr)
     K1p, K2p = _pad(spec.K1, mk.nr), _pad(spec.K2, mk.nr)
-    return 2.0 * spec.N * spec.H * Wp * (K1p * spec.C * spec.R1 * spec.S1 + K2p * K1p * spec.R2 * spec.S2)
+    return [(float(spec.N * spec.H * Wp * (K1p * spec.C * spec.R1 * spec.S1 + K2p * K1p * spec.R2 * spec.S2)), mk.nr)]
+
+
+def padded_flops(spec, mk: MicroKernel) -> float:
+    """2 × the multiply-adds the kernel's micro kernel executes (:func:`block_work`)."""
+    return 2.0 * sum(m for m, _ in block_work(spec, mk))
 
 
 def register_dv(spec, mk: MicroKernel) -> float:
-    """Bytes loaded from L1 into registers: per k step of an mr×nr block, mr broadcasts and nr/lanes vectors."""
-    macs = padded_flops(spec, mk) / 2
-    return macs * (1.0 / mk.nr + 1.0 / mk.mr) * 4
+    """Bytes loaded from L1 into registers: per k step of an mr×w block, mr broadcasts and w/lanes vectors."""
+    return sum(m * (1.0 / w + 1.0 / mk.mr) * 4 for m, w in block_work(spec, mk))
 
 
 def register_loads(spec, mk: MicroKernel) -> float:
-    """Load instructions of the micro kernel: per k step mr broadcasts + nr/lanes vector loads."""
-    macs = padded_flops(spec, mk) / 2
-    nv = mk.nr // mk.vector_lanes
-    return macs / (mk.mr * mk.nr) * (mk.mr + nv)
+    """Load instructions of the micro kernel: per k step mr broadcasts + w/lanes vector loads."""
+    return sum(m / (mk.mr * w) * (mk.mr + w / mk.vector_lanes) for m, w in block_work(spec, mk))
 
 
 def register_time(spec, mk: MicroKernel, device) -> float:
@@ -65,25 +74,26 @@ def micro_cycles(spec, mk: MicroKernel, device) -> float:
     """Core cycles of the micro kernel over the whole chain: per k step of an mr×nr block, mr·nr/lanes FMAs and
     mr + nr/lanes loads; loads at two per cycle, FMAs at the device's vector FMA rate (pipes = saturating
     accumulators / latency: 2 per cycle on two-pipe AVX-512 cores, 1 on Zen 4, measured by the peak kernel), slowed
-    when fewer accumulators than pipes × latency hide the latency. Padding (odd sizes rounded up to mr and nr) is
-    counted as work.
+    when fewer accumulators than pipes × latency hide the latency. Padding (odd sizes rounded up to mr and nr; to
+    whole vectors where a GEMM chain's last block is narrower) is counted as work, the narrower blocks at their own
+    rate (:func:`block_work`).
 
     Why the measured rate: with two FMAs per cycle assumed, an 8×16 block (9 loads per 8 FMAs) looked load-bound
     and 12 % slower than 8×32 per useful flop; on Zen 4 (one 512-bit FMA per cycle) both are FMA-bound, so padding
     decides: ViT-Huge/14 (N = 80: 8×32 pads it to 96) measured 1.57 ms with 8×16 vs 1.83 ms with 8×32."""
-    macs = padded_flops(spec, mk) / 2
-    nv = mk.nr // mk.vector_lanes
-    steps = macs / (mk.mr * mk.nr)
-    fma = steps * mk.mr * nv
-    loads = steps * (mk.mr + nv)
-    acc = mk.mr * nv
     sat = hw.saturating_accumulators(device)
     pipes = fma_pipes(sat)
+    cycles = 0.0
+    for macs, w in block_work(spec, mk):
+        nv = w / mk.vector_lanes
+        steps = macs / (mk.mr * w)
+        fma, loads = steps * mk.mr * nv, steps * (mk.mr + nv)
+        cycles += max(fma / pipes * max(1.0, sat / (mk.mr * nv)), loads / LOADS_PER_CYCLE)
     # every output block starts from zeroed accumulators and ends with their store (one per cycle), after the
     # FMA chains' latency ramp: per block, not per step, so short reductions favour tall blocks (KN8-4k, K = 8:
     # 14×16 4.3 ms vs 8×16 5.0 ms, one interleaved run)
-    blocks = output_blocks(spec, mk)
-    return max(fma / pipes * max(1.0, sat / acc), loads / LOADS_PER_CYCLE) + blocks * (acc + ACC_RAMP_CYCLES)
+    acc = mk.mr * mk.nr // mk.vector_lanes
+    return cycles + output_blocks(spec, mk) * (acc + ACC_RAMP_CYCLES)
 
 
 def fma_pipes(saturating_accumulators: float) -> float:
@@ -94,8 +104,10 @@ def fma_pipes(saturating_accumulators: float) -> float:
 def output_blocks(spec, mk: MicroKernel) -> float:
     """mr×nr output blocks of both stages (each one reduction run of the micro kernel)."""
     if isinstance(spec, GemmChain):
-        Mp = _pad(spec.M, mk.mr)
-        return spec.batch * Mp / mk.mr * (_pad(spec.L, mk.nr) + _pad(spec.N, mk.nr)) / mk.nr
+        from .codegen import kernel_shape
+
+        ks = kernel_shape(spec, mk)
+        return spec.batch * ks.Mp / mk.mr * (-(-ks.Lv // mk.nr) - (-ks.Nv // mk.nr))
     Wp = _pad(spec.W, mk.mr)
     return spec.N * spec.H * Wp / mk.mr * (_pad(spec.K1, mk.nr) + _pad(spec.K2, mk.nr)) / mk.nr
 
@@ -120,9 +132,12 @@ def reductions(spec, mk: MicroKernel, T: dict[str, int] | None = None) -> list[t
     """Per compute op: (its padded MACs, the length of one reduction run of the micro kernel). GEMM 2 of a fused
     kernel reduces over the l tile ``T["l"]`` per segment; without tiles, over all of L."""
     if isinstance(spec, GemmChain):
-        Mp, Lp, Np = _pad(spec.M, mk.mr), _pad(spec.L, mk.nr), _pad(spec.N, mk.nr)
-        tl = min(Lp, T["l"]) if T and "l" in T else Lp
-        return [(float(spec.batch * Mp * Lp * spec.K), spec.K), (float(spec.batch * Mp * Np * Lp), tl)]
+        from .codegen import kernel_shape
+
+        ks = kernel_shape(spec, mk)
+        Mp, Lv, Nv = ks.Mp, ks.Lv, ks.Nv
+        tl = min(Lv, T["l"]) if T and "l" in T else Lv
+        return [(float(spec.batch * Mp * Lv * spec.K), spec.K), (float(spec.batch * Mp * Nv * Lv), tl)]
     Wp = _pad(spec.W, mk.mr)
     K1p, K2p = _pad(spec.K1, mk.nr), _pad(spec.K2, mk.nr)
     pos = spec.N * spec.H * Wp

@@ -198,8 +198,9 @@ def test_attention_whole_score_rows_of_an_odd_length_stay_whole_after_padding():
 
     assert _fit_tile(208, 197, 16) == 16 and _fit_tile(208, 80, 16) == 16 and _fit_tile(512, 200, 16) == 128
     # ViT-B attention's 197 tokens (padded to whole panels): a plan with whole score rows keeps them whole (it was
-    # realised as 13 blocks of 16 columns, each with its own max, sum and rescaled partial output); rows (m) and
-    # chains without softmax keep the dividing rule
+    # realised as 13 blocks of 16 columns, each with its own max, sum and rescaled partial output); rows (m) keep
+    # the dividing rule; a chain without softmax computes whole vectors only (Lv = 208 < Lp = 224: a narrower last
+    # block), and then its l is one tile
     spec = GemmChain(2, 197, 64, 64, 197, glue="softmax", scale=0.125, bt=True)
     whole = [p for p in plan_chain(spec, top_k=4) if p.fused.tiles["l"] >= 197]
     assert whole
@@ -210,7 +211,36 @@ def test_attention_whole_score_rows_of_an_odd_length_stay_whole_after_padding():
     p = [p for p in plan_chain(plain, top_k=4) if p.fused.tiles.get("l", 0) >= 197]
     assert p
     ksp = kernel_shape(plain, p[0].micro)
-    assert realised(plain, p[0].fused, p[0].micro)[1]["l"] == _fit_tile(ksp.Lp, p[0].fused.tiles["l"], ksp.nr)
+    T = realised(plain, p[0].fused, p[0].micro)[1]
+    assert T["l"] == (ksp.Lv if ksp.l_tail else _fit_tile(ksp.Lp, p[0].fused.tiles["l"], ksp.nr))
+    assert ks.Lv == ks.Lp and (ksp.Lv, ksp.Nv) == (208, 64)
     ins = random_inputs(spec)
     k = build_kernel(spec, whole[0], use_cache=False)
     torch.testing.assert_close(k(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("fused", [True, False])
+@pytest.mark.parametrize("case", ["l_tail", "n_tail", "both_glue", "all_tail"])
+def test_narrower_last_blocks(case, fused):
+    # columns that end inside a two-vector panel: the last block is one vector wide (kernel_shape's Lv/Nv), GEMM 2
+    # reduces over Lv only, and the output is Nv wide; fused and unfused, with an epilogue and a transposed D
+    from chain_fuser import hw
+    from chain_fuser.codegen import kernel_shape
+    from chain_fuser.model import MicroKernel
+
+    v = hw.vector_lanes()
+    mk = MicroKernel(4, 2 * v, v, hw.isa())
+    spec = {"l_tail": GemmChain(2, 12, 2 * v, 8, 3 * v),
+            "n_tail": GemmChain(2, 12, 3 * v, 8, 4 * v),
+            "both_glue": GemmChain(2, 10, 3 * v - 3, 8, 5 * v - 1, glue="gelu", bias1=True, bias2=True, dt=True),
+            "all_tail": GemmChain(1, 8, v - 2, 8, v)}[case]
+    ks = kernel_shape(spec, mk)
+    want = {"l_tail": (v, 0), "n_tail": (0, v), "both_glue": (v, v), "all_tail": (v, v)}[case]
+    assert (ks.l_tail, ks.n_tail) == want and ks.Lv % v == 0 and ks.Nv % v == 0
+    plan = plan_chain(spec, top_k=1, micro=mk)[0]
+    k = build_kernel(spec, plan, fused, use_cache=False)
+    ins = random_inputs(spec, seed=2)
+    got, ref = k(*ins), reference(spec, *ins)
+    torch.testing.assert_close(got, ref, rtol=2e-4, atol=2e-4 * float(ref.abs().max()))
+    out = torch.empty_like(ref)  # into a given output tensor too (the kernel's own buffer is Nv wide)
+    torch.testing.assert_close(k(*ins, out=out), ref, rtol=2e-4, atol=2e-4 * float(ref.abs().max()))
