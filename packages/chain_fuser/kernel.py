@@ -313,6 +313,10 @@ def _schedule(spec, plan: Plan, fused: bool, algorithm: str = "direct"):
 def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "direct") -> str:
     tvm = import_tvm()
     extra = () if algorithm == "direct" else (algorithm, _WINOGRAD_VERSION)  # direct kernels keep their keys
+    from . import codegen
+
+    if not codegen.TAILS and isinstance(spec, GemmChain):
+        extra += ("padded",)  # the A/B switch's other kernel (whole padded panels)
     return cache.entry_key("kernel", spec.key, plan_signature(plan), fused, cache.hardware_key(device),
                            tvm.__version__, _CODEGEN_VERSION, *extra)
 
@@ -334,7 +338,9 @@ def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
     if use_cache and os.path.exists(so):
         t = time.perf_counter()
         mod = tvm.runtime.load_module(so)
-        return FusedKernel(spec, plan, mod, fused, time.perf_counter() - t, True, algorithm=algorithm)
+        k = FusedKernel(spec, plan, mod, fused, time.perf_counter() - t, True, algorithm=algorithm)
+        k._call_info()  # its shapes as built (codegen.TAILS may change later)
+        return k
     from .codegen import target
 
     t = time.perf_counter()
@@ -344,7 +350,9 @@ def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
         tmp = f"{so}.tmp{os.getpid()}.so"
         mod.export_library(tmp)
         os.replace(tmp, so)
-    return FusedKernel(spec, plan, mod, fused, dt, False, algorithm=algorithm)
+    k = FusedKernel(spec, plan, mod, fused, dt, False, algorithm=algorithm)
+    k._call_info()
+    return k
 
 
 @dataclass
@@ -385,7 +393,7 @@ class TuneReport:
                 "from_cache": self.from_cache, "seconds": self.seconds}
 
 
-_MODEL_VERSION = 8  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
+_MODEL_VERSION = 9  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
 
 
 def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int = 3, repeat: int = 7,

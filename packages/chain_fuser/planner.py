@@ -32,36 +32,40 @@ def gemm_dims(spec) -> dict[str, tuple[str, str]]:
     return {"conv1": ("q", "k1"), "conv2": ("q", "k2")}
 
 
-def block_work(spec, mk: MicroKernel) -> list[tuple[float, int]]:
-    """The micro kernel's work as (multiply-adds, register block width): ``nr`` wide blocks over the padded extents,
-    and a GEMM chain's narrower last blocks where its columns end inside a panel (``codegen.kernel_shape``: ``Lv``,
-    ``Nv``; the padded rows ``Mp`` are computed too)."""
+def block_work(spec, mk: MicroKernel, T: dict[str, int] | None = None) -> list[tuple[float, int, int]]:
+    """The micro kernel's work as (multiply-adds, register block width, reduction run length) per compute op and
+    block width: ``nr`` wide blocks over the padded extents, and a GEMM chain's narrower last blocks where its
+    columns end inside a panel (``codegen.kernel_shape``: ``Lv``, ``Nv``; the padded rows ``Mp`` are computed too).
+    GEMM 2 of a fused kernel reduces over the l tile ``T["l"]`` per segment; without tiles, over all of ``Lv``."""
     if isinstance(spec, GemmChain):
         from .codegen import kernel_shape
 
         ks = kernel_shape(spec, mk)
-        rows = spec.batch * ks.Mp
-        work = [(rows * (ks.Lv - ks.l_tail) * spec.K, mk.nr), (rows * (ks.Nv - ks.n_tail) * ks.Lv, mk.nr)]
-        work += [(rows * ks.l_tail * spec.K, ks.l_tail), (rows * ks.n_tail * ks.Lv, ks.n_tail)]
-        return [(float(m), w) for m, w in work if m > 0]
+        rows, K, Lv = spec.batch * ks.Mp, spec.K, ks.Lv
+        tl = min(Lv, T["l"]) if T and "l" in T else Lv
+        work = [(rows * (Lv - ks.l_tail) * K, mk.nr, K), (rows * (ks.Nv - ks.n_tail) * Lv, mk.nr, tl),
+                (rows * ks.l_tail * K, ks.l_tail, K), (rows * ks.n_tail * Lv, ks.n_tail, tl)]
+        return [(float(m), w, r) for m, w, r in work if m > 0]
     Wp = _pad(spec.W, mk.mr)
     K1p, K2p = _pad(spec.K1, mk.nr), _pad(spec.K2, mk.nr)
-    return [(float(spec.N * spec.H * Wp * (K1p * spec.C * spec.R1 * spec.S1 + K2p * K1p * spec.R2 * spec.S2)), mk.nr)]
+    pos = spec.N * spec.H * Wp
+    red1, red2 = spec.C * spec.R1 * spec.S1, K1p * spec.R2 * spec.S2
+    return [(float(pos * K1p * red1), mk.nr, red1), (float(pos * K2p * red2), mk.nr, red2)]
 
 
 def padded_flops(spec, mk: MicroKernel) -> float:
     """2 × the multiply-adds the kernel's micro kernel executes (:func:`block_work`)."""
-    return 2.0 * sum(m for m, _ in block_work(spec, mk))
+    return 2.0 * sum(m for m, _, _ in block_work(spec, mk))
 
 
 def register_dv(spec, mk: MicroKernel) -> float:
     """Bytes loaded from L1 into registers: per k step of an mr×w block, mr broadcasts and w/lanes vectors."""
-    return sum(m * (1.0 / w + 1.0 / mk.mr) * 4 for m, w in block_work(spec, mk))
+    return sum(m * (1.0 / w + 1.0 / mk.mr) * 4 for m, w, _ in block_work(spec, mk))
 
 
 def register_loads(spec, mk: MicroKernel) -> float:
     """Load instructions of the micro kernel: per k step mr broadcasts + w/lanes vector loads."""
-    return sum(m / (mk.mr * w) * (mk.mr + w / mk.vector_lanes) for m, w in block_work(spec, mk))
+    return sum(m / (mk.mr * w) * (mk.mr + w / mk.vector_lanes) for m, w, _ in block_work(spec, mk))
 
 
 def register_time(spec, mk: MicroKernel, device) -> float:
@@ -84,7 +88,7 @@ def micro_cycles(spec, mk: MicroKernel, device) -> float:
     sat = hw.saturating_accumulators(device)
     pipes = fma_pipes(sat)
     cycles = 0.0
-    for macs, w in block_work(spec, mk):
+    for macs, w, _ in block_work(spec, mk):
         nv = w / mk.vector_lanes
         steps = macs / (mk.mr * w)
         fma, loads = steps * mk.mr * nv, steps * (mk.mr + nv)
@@ -128,27 +132,11 @@ PANEL_STREAM_OVERLAP = 0.3
 ×1.08-1.15 slower than 14×32, 4.6 B per FMA, both FMA-bound with 16 and 28 accumulators)."""
 
 
-def reductions(spec, mk: MicroKernel, T: dict[str, int] | None = None) -> list[tuple[float, int]]:
-    """Per compute op: (its padded MACs, the length of one reduction run of the micro kernel). GEMM 2 of a fused
-    kernel reduces over the l tile ``T["l"]`` per segment; without tiles, over all of L."""
-    if isinstance(spec, GemmChain):
-        from .codegen import kernel_shape
-
-        ks = kernel_shape(spec, mk)
-        Mp, Lv, Nv = ks.Mp, ks.Lv, ks.Nv
-        tl = min(Lv, T["l"]) if T and "l" in T else Lv
-        return [(float(spec.batch * Mp * Lv * spec.K), spec.K), (float(spec.batch * Mp * Nv * Lv), tl)]
-    Wp = _pad(spec.W, mk.mr)
-    K1p, K2p = _pad(spec.K1, mk.nr), _pad(spec.K2, mk.nr)
-    pos = spec.N * spec.H * Wp
-    red1, red2 = spec.C * spec.R1 * spec.S1, K1p * spec.R2 * spec.S2
-    return [(float(pos * K1p * red1), red1), (float(pos * K2p * red2), red2)]
-
-
 def panel_stream_s(spec, mk: MicroKernel, device, T: dict[str, int] | None = None) -> float:
     """Seconds of the weight panels' traffic from L2 into L1: the micro kernel runs every mr-row block of a tile
     against one nr-wide panel (reduction × nr floats); when that panel and the block's rows (reduction × mr) do not
-    fit L1 together, each block streams the panel from L2 again: 4/mr bytes per MAC, at the L2→L1 bandwidth.
+    fit L1 together, each block streams the panel from L2 again: 4/mr bytes per MAC, at the L2→L1 bandwidth
+    (:func:`block_work` gives each op's blocks and reduction runs).
 
     Why: on Zen 5 (two 512-bit FMAs per cycle) a 4-row block needs 32 B per cycle of panel from L2 per core, at the
     limit of what L2 delivers; 14 rows need 9 B. The FMA and load-port model alone saw 4×64 and 14×32 tie on the
@@ -157,8 +145,7 @@ def panel_stream_s(spec, mk: MicroKernel, device, T: dict[str, int] | None = Non
     if "l1" not in caches:
         return 0.0
     l1_cap, l1_fill = caches["l1"]
-    moved = sum(macs * 4.0 / mk.mr for macs, red in reductions(spec, mk, T)
-                if 4.0 * red * (mk.nr + mk.mr) > l1_cap)
+    moved = sum(macs * 4.0 / mk.mr for macs, w, red in block_work(spec, mk, T) if 4.0 * red * (w + mk.mr) > l1_cap)
     return moved / l1_fill
 
 

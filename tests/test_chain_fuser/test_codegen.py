@@ -244,3 +244,26 @@ def test_narrower_last_blocks(case, fused):
     torch.testing.assert_close(got, ref, rtol=2e-4, atol=2e-4 * float(ref.abs().max()))
     out = torch.empty_like(ref)  # into a given output tensor too (the kernel's own buffer is Nv wide)
     torch.testing.assert_close(k(*ins, out=out), ref, rtol=2e-4, atol=2e-4 * float(ref.abs().max()))
+
+
+def test_padded_panels_switch(monkeypatch):
+    # codegen.TAILS = False (the A/B switch) builds the whole-panel kernels: correct too, cached under their own key,
+    # and a kernel keeps the shapes it was built with when the switch changes afterwards
+    from chain_fuser import codegen, hw
+    from chain_fuser.kernel import _kernel_key
+    from chain_fuser.model import MicroKernel
+
+    v = hw.vector_lanes()
+    mk = MicroKernel(4, 2 * v, v, hw.isa())
+    spec = GemmChain(2, 12, 3 * v, 8, 3 * v)
+    plan = plan_chain(spec, top_k=1, micro=mk)[0]
+    tails_key = _kernel_key(spec, plan, True)
+    monkeypatch.setattr(codegen, "TAILS", False)
+    ks = codegen.kernel_shape(spec, mk)
+    assert (ks.Lv, ks.Nv, ks.l_tail, ks.n_tail) == (ks.Lp, ks.Np, 0, 0) == (4 * v, 4 * v, 0, 0)
+    assert _kernel_key(spec, plan, True) != tails_key
+    k = build_kernel(spec, plan, True, use_cache=False)
+    monkeypatch.setattr(codegen, "TAILS", True)
+    ins = random_inputs(spec, seed=3)
+    ref = reference(spec, *ins)
+    torch.testing.assert_close(k(*ins), ref, rtol=2e-4, atol=2e-4 * float(ref.abs().max()))

@@ -264,7 +264,7 @@ def test_micro_choice_follows_the_measured_fma_rate(monkeypatch):
     dev = hw.resolve_device(None)
     mks = {m.name: m for _, m in choose_micro(spec, dev, 2e11)[1]}
     wide, narrow = mks["avx512_8x32"], mks["avx512_8x16"]
-    assert [w for _, w in block_work(spec, wide)] == [32, 32, 16]  # GEMM 1, GEMM 2's 64 columns, its last 16
+    assert [(w, r) for _, w, r in block_work(spec, wide)] == [(32, 80), (32, 256), (16, 256)]  # GEMM 1; GEMM 2 by width
     assert padded_flops(spec, wide) == padded_flops(spec, narrow) == 2.0 * 16 * 256 * 256 * (80 + 80)
     monkeypatch.setattr(hw, "saturating_accumulators", lambda device=None, measured_only=False: 4.0)
     assert micro_cycles(spec, narrow, dev) == pytest.approx(micro_cycles(spec, wide, dev), rel=0.02)
