@@ -389,16 +389,15 @@ def fit_gemm_tiles(spec: GemmChain, ks: GemmKernelShape, tiles) -> dict[str, int
     return T
 
 
-def _micro_cols(sch, col, nr: int, tail: int, zero_in_block: bool = False):
+def _micro_cols(sch, col, nr: int, tail: int):
     """The micro kernel's columns over ``col``, a loop above ``(red, rows)`` (the register block's reduction step and
-    its unrolled rows, the innermost loops): panels of ``nr`` vectorised columns; with a ``tail``, the loop is
+    its unrolled rows, the innermost loops): panels of ``nr`` vectorised columns. With a ``tail``, the loop is
     partitioned first and its last ``tail`` columns are a narrower block of their own (the same unrolled rows, one
-    vector per ``lanes`` columns). ``zero_in_block``: each block's accumulators zeroed right above its reduction
-    (the partition puts each block in a scope of its own, so an outer loop cannot take the zeroing; the reduction
-    must then be whole below the block: :func:`fit_gemm_tiles` keeps it so)."""
+    vector per ``lanes`` columns), and each block zeroes its accumulators right above its reduction: the partition
+    puts each block in a scope of its own, where an outer loop cannot take the zeroing (the reduction must then be
+    whole below the block: :func:`fit_gemm_tiles` keeps it so). Without one the caller places the zeroing."""
     ext = int(sch.get(col).extent)
     parts = [col] if not tail or tail == ext else sch.loop_partition(col, [ext - tail, None])
-    blocks = []
     for i, part in enumerate(parts):
         blk = sch.get_child_blocks(part)[0]
         red, rows = sch.get_loops(blk)[-2:]
@@ -410,13 +409,11 @@ def _micro_cols(sch, col, nr: int, tail: int, zero_in_block: bool = False):
             sch.reorder(red, rows, c2)
         sch.unroll(rows)
         sch.vectorize(c2)
-        if zero_in_block:
+        if tail:
             sch.decompose_reduction(blk, red)
-        blocks.append(blk)
-    return blocks
 
 
-def _gemm_root(sch, blk, T_row, T_col, T_red, mr, nr, col_first=False, tail: int = 0):
+def _gemm_root(sch, blk, T_row, T_col, T_red, mr, nr, tail: int = 0):
     """One GEMM at root with the micro kernel: parallel over (batch, row tiles); col tiles, red tiles, micro.
     ``tail``: the columns' narrower last block (see :func:`_micro_cols`; the columns are then one tile)."""
     b, r, c, k = sch.get_loops(blk)
@@ -428,7 +425,7 @@ def _gemm_root(sch, blk, T_row, T_col, T_red, mr, nr, col_first=False, tail: int
     sch.reorder(b, ro, co, ko, r1, ci, ki, r2)
     par = sch.fuse(b, ro)
     sch.parallel(par)
-    _micro_cols(sch, ci, nr, tail, zero_in_block=bool(tail))
+    _micro_cols(sch, ci, nr, tail)
     if not tail:
         sch.decompose_reduction(blk, co)
 
@@ -597,9 +594,9 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
     # the tails last: a partitioned block's regions are its whole buffers, which compute_at above would then
     # have produced in every parallel unit
     if ks.l_tail:
-        _micro_cols(sch, c_li, nr, ks.l_tail, zero_in_block=True)
+        _micro_cols(sch, c_li, nr, ks.l_tail)
     if ks.n_tail:
-        _micro_cols(sch, ni, nr, ks.n_tail, zero_in_block=True)
+        _micro_cols(sch, ni, nr, ks.n_tail)
     return sch.mod
 
 

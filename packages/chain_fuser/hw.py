@@ -98,12 +98,15 @@ def clock_hz(device=None) -> float:
     peak = measured_peak_flops()
     if not peak:
         return f
-    from .planner import fma_pipes
-
     rec = peak_record() or {}
     threads = rec.get("threads") or cores(dev)
     lanes = rec.get("lanes") or vector_lanes(dev)
     return peak / (threads * fma_pipes(saturating_accumulators(dev)) * lanes * 2)
+
+
+def fma_pipes(saturating_accumulators: float) -> float:
+    """Vector FMAs issued per cycle: the accumulators that saturate the pipes over the FMA's latency."""
+    return max(1.0, saturating_accumulators / FMA_LATENCY_CYCLES)
 
 
 def clock_scale(device=None) -> float:
@@ -164,6 +167,8 @@ def peak_record() -> dict | None:
 
 
 _PEAK_RECORD: dict = {}
+
+FMA_LATENCY_CYCLES = 4  # of a vector FMA on every x86 core this targets (Skylake-SP and later, Zen 2 and later)
 
 DEFAULT_SATURATING_ACCUMULATORS = 8.0
 """Independent FMA chains that keep the vector FMA pipes busy (pipes × latency) where nothing was measured: two

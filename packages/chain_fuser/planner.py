@@ -14,7 +14,6 @@ from .spec import ConvChain, GemmChain, chain_nest
 
 CANDIDATES_PER_PLAN = 4  # level plans searched per plan wanted: duplicates (same realised kernel) are dropped
 
-FMA_LATENCY_CYCLES = 4  # of a vector FMA on every x86 core this targets (Skylake-SP and later, Zen 2 and later)
 LOADS_PER_CYCLE = 2
 MR_CHOICES = (4, 5, 6, 7, 8, 12, 14)
 """Register-block heights offered. 5 and 7 exist for odd row extents (Inception's 35 columns: unfused 3×3→3×3 at
@@ -86,7 +85,7 @@ def micro_cycles(spec, mk: MicroKernel, device) -> float:
     and 12 % slower than 8×32 per useful flop; on Zen 4 (one 512-bit FMA per cycle) both are FMA-bound, so padding
     decides: ViT-Huge/14 (N = 80: 8×32 pads it to 96) measured 1.57 ms with 8×16 vs 1.83 ms with 8×32."""
     sat = hw.saturating_accumulators(device)
-    pipes = fma_pipes(sat)
+    pipes = hw.fma_pipes(sat)
     cycles = 0.0
     for macs, w, _ in block_work(spec, mk):
         nv = w / mk.vector_lanes
@@ -98,11 +97,6 @@ def micro_cycles(spec, mk: MicroKernel, device) -> float:
     # 14×16 4.3 ms vs 8×16 5.0 ms, one interleaved run)
     acc = mk.mr * mk.nr // mk.vector_lanes
     return cycles + output_blocks(spec, mk) * (acc + ACC_RAMP_CYCLES)
-
-
-def fma_pipes(saturating_accumulators: float) -> float:
-    """Vector FMAs issued per cycle: the accumulators that saturate the pipes over the FMA's latency."""
-    return max(1.0, saturating_accumulators / FMA_LATENCY_CYCLES)
 
 
 def output_blocks(spec, mk: MicroKernel) -> float:
@@ -154,7 +148,7 @@ def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, 
     latency stalls, per-block accumulator cost) at the peak's cycle rate, plus the padded-rows copy
     (:func:`padded_rows_copy_s`). Ranked list as ``(seconds, kernel)``."""
     peak = peak or hw.peak_flops(device)
-    pipes = fma_pipes(hw.saturating_accumulators(device))
+    pipes = hw.fma_pipes(hw.saturating_accumulators(device))
     scored = []
     for mk in hw.micro_kernels(device):
         if mk.mr not in MR_CHOICES:
@@ -354,10 +348,12 @@ def plan_chain(spec, device: Any = None, top_k: int = 4, fusion_level: str | Non
     else:
         ranked = _rank_micro(spec, dev, fusion_level, peak)
         alt = top_k >= 3 and len(ranked) > 1
-        plans = _plans_for_micro(spec, dev, top_k - 1 if alt else top_k, fusion_level, peak, ranked[0])
-        for mk in ranked[1:] if alt else ():
-            # the runner-up's best plan, and more micro kernels' while the first gave fewer distinct kernels
-            plans += _plans_for_micro(spec, dev, max(1, top_k - len(plans)), fusion_level, peak, mk)
+        plans = _plans_for_micro(spec, dev, top_k - 1 if alt else top_k, fusion_level, peak, ranked[0][0])
+        for mk, best in ranked[1:] if alt else ():
+            # the runner-up's best plan (as the ranking planned it), and more micro kernels' while the first gave
+            # fewer distinct kernels
+            want = max(1, top_k - len(plans))
+            plans += best if want == 1 and best else _plans_for_micro(spec, dev, want, fusion_level, peak, mk)
             if len(plans) >= top_k:
                 break
     names = [lv.name for lv in hw.model_levels(dev)]
@@ -369,9 +365,10 @@ MICRO_SHORTLIST = 4
 """Micro kernels (best of :func:`choose_micro`) whose best whole plan the planner compares."""
 
 
-def _rank_micro(spec, dev, fusion_level: str | None, peak: float) -> list[MicroKernel]:
+def _rank_micro(spec, dev, fusion_level: str | None, peak: float) -> list[tuple[MicroKernel, list[Plan]]]:
     """The :data:`MICRO_SHORTLIST` best micro kernels by :func:`choose_micro`, re-ranked by the predicted time of
-    each one's best plan (tiles, halo recompute, spills: what the micro kernel's own cycles do not see).
+    each one's best plan (tiles, halo recompute, spills: what the micro kernel's own cycles do not see); each with
+    that best plan (a one-plan list; empty where none was feasible).
 
     Why: Inception 3×3→3×3 (35 columns): 12×32 has the least micro-kernel time (36 columns, but fewer panel passes
     from L2) while its tiles recompute more halo; measured fused 7×32 0.92 ms, 6×32 0.78 ms, 12×32 1.04 ms
@@ -380,13 +377,13 @@ def _rank_micro(spec, dev, fusion_level: str | None, peak: float) -> list[MicroK
     scored = []
     for i, mk in enumerate(short):
         try:
-            best = _plans_for_micro(spec, dev, 1, fusion_level, peak, mk)[0].predicted_s
+            best = _plans_for_micro(spec, dev, 1, fusion_level, peak, mk)
         except InfeasiblePlanError:
             continue
-        scored.append((best, i, mk))
+        scored.append((best[0].predicted_s, i, mk, best))
     if not scored:
-        return short
-    return [mk for _, _, mk in sorted(scored, key=lambda x: x[:2])]
+        return [(mk, []) for mk in short]
+    return [(mk, best) for _, _, mk, best in sorted(scored, key=lambda x: x[:2])]
 
 
 def _plans_for_micro(spec, dev, top_k: int, fusion_level: str | None, peak: float, mk: MicroKernel) -> list[Plan]:
