@@ -190,18 +190,40 @@ def _tiles(spec: ConvChain, plan: Plan, ks: ConvKernelShape) -> dict[str, int]:
     return fit_tiles(spec, ks.mr, ks.nr, plan.fused.tiles, plan.fused.capacity_bytes, num_cores())
 
 
-def _conv_micro(sch, blk, mr, nr, lanes, spatial_loops_from: int):
-    """Loops (.., ko, y, x, ki, c, r, s) below the attach point → ko, y, x/mr, c, r, s, x%mr (unroll), ki (vec)."""
+def _conv_micro(sch, blk, mr, nr, lanes, spatial_loops_from: int, local: bool = True):
+    """Loops (.., ko, y, x, ki, c, r, s) below the attach point → ko, y, x/mr, c, r, s, x%mr (unroll), ki (vec),
+    the accumulators in registers per register block (:func:`register_accumulators`)."""
     loops = sch.get_loops(blk)[spatial_loops_from:]
     ko, y, x, ki, c, r, s = loops[-7:]
     ext = sch.get(x).extent
     if hasattr(ext, "value"):
         mr = _block_rows(int(ext.value), mr, nr, lanes)
     xo, xi = sch.split(x, [None, mr])
-    sch.reorder(ko, y, xo, *_red_order(c, r, s), xi, ki)
+    red = _red_order(c, r, s)
+    sch.reorder(ko, y, xo, *red, xi, ki)
     sch.unroll(xi)
     sch.vectorize(ki)
-    return ko
+    if local:
+        register_accumulators(sch, blk, xo, red[0])
+    else:
+        sch.decompose_reduction(blk, ko)
+
+
+def register_accumulators(sch, blk, block_loop, first_red) -> None:
+    """The reduction ``blk`` accumulates in a local buffer of one register block (what an iteration of
+    ``block_loop`` writes), zeroed before ``first_red`` and stored once after it, instead of in the output.
+
+    Why: zeroing the output block in place (the reduction's init) became a ``memset`` call (LLVM merges the unrolled
+    zero stores) that the accumulators were then loaded back from; a local buffer with constant indices is promoted
+    to registers, so the zeroing is register moves and there is no reload. Measured on the Winograd kernels (their
+    GEMMs reduce over only 32-128 channels), interleaved, 2 threads: YOLO-1/2 x1.031, YOLO-2 x1.037, Darknet-19
+    x1.012, ResNet-50 3x3->1x1 x1.036, 3x3->3x3 x1.024, Inception x1.028; the unfused direct kernels x1.00-1.01."""
+    acc = sch.cache_write(blk, 0, "local")
+    sch.reverse_compute_at(acc, block_loop)
+    loops = sch.get_loops(acc)
+    sch.unroll(loops[-2])
+    sch.vectorize(loops[-1])
+    sch.decompose_reduction(blk, first_red)
 
 
 RED_ORDER = "rsc"
@@ -282,16 +304,16 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
         if ks.W % T["q"] == 0:  # whole column tiles: no predicate on x
             _unpack_panels(sch, k, yi, xi, T["q"], spec.K2, nr)
         sch.compute_at(o2, par, preserve_unit_loops=True)
-        ko = _conv_micro(sch, o2, mr, nr, lanes, 1)
-        sch.decompose_reduction(o2, ko)
+        # accumulators zeroed in the output block (not in registers, :func:`register_accumulators`): with register
+        # blocks for both convs of a fused tile, measured x0.53-0.83 on the chains with a 1x1 conv2 (each alone x1.00)
+        _conv_micro(sch, o2, mr, nr, lanes, 1, local=False)
         sch.compute_at(u, par, preserve_unit_loops=True)
         uloops = sch.get_loops(u)
         if nr % lanes == 0:
             _, v = sch.split(uloops[-1], [None, lanes])
             sch.vectorize(v)
         sch.compute_at(t, par, preserve_unit_loops=True)
-        ko = _conv_micro(sch, t, mr, nr, lanes, 1)
-        sch.decompose_reduction(t, ko)
+        _conv_micro(sch, t, mr, nr, lanes, 1, local=False)
         if threads:
             # each thread: its rows of the padded input (with the halo), then both convs' packed weights
             for name in ("W1p", "W2p", "Ip"):
@@ -310,12 +332,13 @@ def schedule_conv_chain(spec: ConvChain, plan: Plan, fused: bool = True):
         loops = sch.get_loops(blk)
         n, ko, y, x, ki, c, r, s = loops
         xo, xi = sch.split(x, [None, mr])
-        sch.reorder(n, y, ko, xo, *_red_order(c, r, s), xi, ki)
+        red = _red_order(c, r, s)
+        sch.reorder(n, y, ko, xo, *red, xi, ki)
         par = sch.fuse(n, y, ko)
         sch.parallel(par)
         sch.unroll(xi)
         sch.vectorize(ki)
-        sch.decompose_reduction(blk, xo)
+        register_accumulators(sch, blk, xo, red[0])
     n, ko, y, x, ki = sch.get_loops(u)
     sch.reorder(n, y, ko)
     sch.parallel(sch.fuse(n, y, ko))

@@ -321,8 +321,8 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
                            tvm.__version__, _CODEGEN_VERSION, *extra)
 
 
-_CODEGEN_VERSION = 16  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 5  # the same, for the Winograd kernels alone
+_CODEGEN_VERSION = 17  # bump when generated code changes: stale cached kernels are then ignored
+_WINOGRAD_VERSION = 6  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,

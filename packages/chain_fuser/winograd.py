@@ -433,6 +433,8 @@ class _Sched:
 
     def gemm(self, blk, mr, parallel=False):
         """The micro kernel: element, panel, ``mr`` tiles | input channels | ``mr`` (unrolled), ``nr`` (vector)."""
+        from .conv import register_accumulators
+
         sch = self.sch
         e, ko, p, ki, c = sch.get_loops(blk)[-5:]
         po, pi = sch.split(p, [None, mr])
@@ -441,7 +443,7 @@ class _Sched:
             sch.parallel(sch.fuse(e, ko))
         sch.unroll(pi)
         sch.vectorize(ki)
-        sch.decompose_reduction(blk, c)
+        register_accumulators(sch, blk, po, c)
 
     def output_transform(self, blk, rows_per_block=0):
         """Per tile, its m × m elements unrolled, vectors over a panel's channels; ``rows_per_block``: this stage
@@ -521,8 +523,7 @@ def schedule_winograd_chain(spec: ConvChain, plan: Plan, m: int = 2, blocked: bo
         # fused direct kernel does (one pass over the output instead of two: ResNet-50 3×3→1×1 1.47 → 1.41 ms)
         par = st.output_blocks(spec, rows)
         o2 = st.at("O2", par)
-        ko = _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
-        sch.decompose_reduction(o2, ko)
+        _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
     finish_unpack(sch)
     return sch.mod
 
@@ -548,8 +549,7 @@ def _schedule_blocked(st: _Sched, spec: ConvChain, plan: Plan, tr: int, mr_w: in
     else:
         par = st.output_blocks(spec, tr * m)
         o2 = st.at("O2", par)
-        ko = _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
-        sch.decompose_reduction(o2, ko)
+        _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
         st.output_transform(st.at("T", par))
     st.gemm(st.at("Mw", par), mr_w)
     st.input_transform(st.at("V", par))
