@@ -478,6 +478,6 @@ def conv_call(kernel, tensors, out=None):
 
     info = kernel._call_info()
     ins = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    res = out if out is not None else torch.empty(info["out_shape"], dtype=torch.float32)
+    res = out if out is not None else torch.empty(*info["out_shape"], dtype=torch.float32)
     info["fn"](*ins, res)
     return res

@@ -154,6 +154,7 @@ class FusedKernel:
         if info is None:
             want = self.spec.shapes()
             info = {"want": [(n, tuple(want[n])) for n in input_names(self.spec)], "fn": self.module["main"]}
+            info["shapes"] = [s for _, s in info["want"]]
             if isinstance(self.spec, GemmChain):
                 from .codegen import kernel_shape
 
@@ -166,7 +167,14 @@ class FusedKernel:
     def _check(self, tensors: Sequence[Any]):
         import torch
 
-        want = self._call_info()["want"]
+        info = self._call_info()
+        shapes = info["shapes"]
+        # the common case in one pass (~0.6 µs; the checks below with their messages ~1.2 µs: a few % of a 0.08 ms
+        # kernel's call); a non-tensor, a wrong dtype or shape falls through to the checks that name it
+        if len(tensors) == len(shapes) and all(
+                type(t) is torch.Tensor and t.dtype is torch.float32 and t.shape == s for t, s in zip(tensors, shapes)):
+            return
+        want = info["want"]
         if len(tensors) != len(want):
             names = [n for n, _ in want]
             raise ChainShapeError(f"{self.spec.name}.inputs", f"expected {len(names)} tensors {names}, got {len(tensors)}")
@@ -193,7 +201,7 @@ class FusedKernel:
             if ks.Mp != ks.M:
                 A = self._padded_rows(A, ks.Mp)
             full = out if (out is not None and ks.Mp == ks.M and ks.Nv == ks.N) else \
-                torch.empty((ks.batch, ks.Mp, ks.Nv), dtype=torch.float32)
+                torch.empty(ks.batch, ks.Mp, ks.Nv, dtype=torch.float32)  # sizes as arguments: 0.84 vs 1.24 µs
             info["fn"](A, B, D, *([b1] if b1 is not None else []), full)
             res = full[:, :ks.M, :ks.N] if (ks.Mp != ks.M or ks.Nv != ks.N) else full
             if b2 is not None:
@@ -322,7 +330,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
 
 
 _CODEGEN_VERSION = 17  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 6  # the same, for the Winograd kernels alone
+_WINOGRAD_VERSION = 7  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,

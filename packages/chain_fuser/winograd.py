@@ -410,15 +410,20 @@ class _Sched:
         else:
             self.vec(last, self.ks.nr)
 
-    def weight_transform(self, name):
-        """Per (panel, channel), every tile element unrolled (the Select folds), vectors over the panel."""
+    def weight_transform(self, name, packed):
+        """Per (panel, channel), every tile element unrolled (the Select folds), vectors over the panel; the packing
+        of the weights it reads (``packed``: ``W1p``/``W2p``, 3 × 3 × ``nr`` of them per iteration) inside the same
+        parallel loop. Why: one parallel region instead of two, and the packed weights read from L1 right after they
+        are written, not from memory."""
         sch = self.sch
         blk = sch.get_sblock(name)
         e, ko, c, ki = sch.get_loops(blk)
         sch.reorder(ko, c, e, ki)
-        sch.parallel(sch.fuse(ko, c))
+        par = sch.fuse(ko, c)
+        sch.parallel(par)
         sch.unroll(e)
         self.vec(ki, self.ks.nr)
+        self.vec(sch.get_loops(self.at(packed, par))[-1], self.ks.nr)
 
     def input_transform(self, blk, parallel=False):
         """Tiles × channel vectors, every tile element unrolled."""
@@ -500,11 +505,11 @@ def schedule_winograd_chain(spec: ConvChain, plan: Plan, m: int = 2, blocked: bo
         tr, mr_w = block_tile_rows(spec, ks, ws, plan.fused.capacity_bytes, num_cores())
         if tr:
             return _schedule_blocked(st, spec, plan, tr, mr_w, "V2" in stages)
-    for name in ("Ic", "W1p", "W2p"):
-        st.packing(name)
     wino2 = "V2" in stages  # conv2 by Winograd too
+    for name in ("Ic",) if wino2 else ("Ic", "W2p"):
+        st.packing(name)
     for suffix in ("", "2") if wino2 else ("",):
-        st.weight_transform(f"Uw{suffix}")
+        st.weight_transform(f"Uw{suffix}", f"W{suffix or '1'}p")
         st.input_transform(sch.get_sblock(f"V{suffix}"), parallel=True)
         st.gemm(sch.get_sblock(f"Mw{suffix}"), ks.mr, parallel=True)
     st.output_transform(sch.get_sblock("T"))
@@ -540,13 +545,12 @@ def _schedule_blocked(st: _Sched, spec: ConvChain, plan: Plan, tr: int, mr_w: in
 
     sch, ks, m = st.sch, st.ks, st.ws.m
     st.packing("Ic")
-    for name in ("W1p", "W2p"):
-        st.packing(name)
-    st.weight_transform("Uw")
+    st.weight_transform("Uw", "W1p")
     if wino2:
-        st.weight_transform("Uw2")
+        st.weight_transform("Uw2", "W2p")
         par = st.output_transform(sch.get_sblock("T"), rows_per_block=tr * m)
     else:
+        st.packing("W2p")
         par = st.output_blocks(spec, tr * m)
         o2 = st.at("O2", par)
         _conv_micro(sch, o2, ks.mr, ks.nr, plan.micro.vector_lanes, 1)
