@@ -62,13 +62,18 @@ def test_bench_smoke(tmp_path):
     # CPU-time figures next to the wall-clock ones, and the load the run saw
     assert res["shapes"][0]["cpu_ms"]["ours"] > 0 and "openblas" in res["shapes"][0]["speedup_cpu"]
     assert len(data["load_avg_start"]) == 3 and data["reference_peak_fraction_cpu"] > 0
+    # the fractions divide by the best FMA rate of this run; against the best ever recorded they can only be lower
+    assert data["fma_peak_gflops"] == max(data["fma_peak_start_gflops"], data["fma_peak_end_gflops"],
+                                          data["fma_peak_probe_max_gflops"] or 0)
+    assert data["reference_peak_fraction_vs_cached_peak"] <= data["reference_peak_fraction"]
     # where the time went, per row and per phase (the phases add up to no more than the run)
     phases = data["seconds_by_phase"]
     assert set(phases) == {"metaschedule_tuning", "prepare", "timing", "server_prediction"}
     assert phases["timing"] > 0 and sum(phases.values()) <= data["seconds"]
     assert all(set(r["seconds"]) == {"prepare", "timing", "server_prediction"} for r in data["shapes"])
     for row in res["shapes"]:  # a pick that is the unfused kernel itself is timed once, not against itself
-        assert row["tvm_unfused_is_ours"] == (not row["chosen_fused"])
+        # (a Winograd kernel is not fused in that sense either, and it is not the unfused direct kernel)
+        assert row["tvm_unfused_is_ours"] == (row["algorithm"] == "direct" and not row["chosen_fused"])
         if row["tvm_unfused_is_ours"]:
             assert row["ms"]["tvm_unfused"] == row["ms"]["ours"]
 
