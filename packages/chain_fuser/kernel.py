@@ -330,7 +330,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
 
 
 _CODEGEN_VERSION = 17  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 7  # the same, for the Winograd kernels alone
+_WINOGRAD_VERSION = 8  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
