@@ -350,3 +350,22 @@ def test_panel_stream_hand_derived():
     assert panel_stream_s(gemm, MicroKernel(8, 32, 16, "avx512"), dev, {"l": 32}) == 0.0
     assert panel_stream_s(gemm, MicroKernel(8, 32, 16, "avx512"), dev) == pytest.approx(
         1024 * 64 * 4096 * 4 / 8 / l1_fill)
+
+
+def test_tiles_leave_part_of_the_private_middle_level_free():
+    """The L2 (private, not the innermost) is planned at MID_LEVEL_USABLE of its size, the L1 and the shared L3 at
+    theirs; no plan of a chain whose best tiles had filled the whole L2 (Attention-4k) uses more than that share."""
+    from chain_fuser import hw
+
+    host = hw.host_device()
+    levels = {lv.name: lv.capacity_bytes for lv in hw.model_levels(host)}
+    mem = {lv.name: lv for lv in host.memory}
+    n = hw.cores(host)
+    assert levels["l2"] == int(mem["l2"].capacity_bytes * hw.MID_LEVEL_USABLE) < mem["l2"].capacity_bytes
+    assert levels["l1"] == mem["l1"].capacity_bytes
+    l3 = mem["l3"]
+    assert levels["l3"] == (l3.capacity_bytes if l3.instances >= n else l3.capacity_bytes * l3.instances // n)
+    spec = GemmChain(2, 4096, 64, 64, 4096, glue="softmax", scale=0.125, bt=True, name="att4k")
+    for p in plan_chain(spec, top_k=4):
+        l2 = next(lv for lv in p.levels if lv.level == "l2")
+        assert l2.mu_bytes <= levels["l2"]
