@@ -427,47 +427,57 @@ TRANSPOSE_WIDTHS = (8, 16)
 
 
 @functools.cache
-def transpose_intrin(v: int, bias: bool = False) -> str:
+def transpose_intrin(v: int, bias: bool = False, pack: bool = False) -> str:
     """Register (once) and name the tensor intrinsic ``B[k, 0, x] = A[x, k] (+ C[k])`` over a ``v × v`` block of
     floats: ``v`` vector loads of ``A``'s rows, ``log2 v`` rounds of ``v`` two-vector shuffles (row ``i`` with row
     ``i + v/2``, interleaving their low and then their high halves: after ``log2 v`` rounds row ``j`` holds column
     ``j``), ``v`` vector stores (``B``'s middle axis: the rows between, e.g. ``y`` in ``[k, y, x]``). The shuffles
     are nested expressions, not bound variables: a vector bound inside a block became a workspace allocation per
-    parallel task (2.6× slower than the copy it replaces)."""
+    parallel task (2.6× slower than the copy it replaces). ``pack``: the other way round, ``B[k, x] = A[x, 0, k]``
+    (rows of an NCHW input, ``y`` between, into a channels-last block: the Winograd kernel's input layout)."""
     import tvm
     from tvm import s_tir
 
     assert v in TRANSPOSE_WIDTHS, v
-    name = f"chain_fuser.transpose{v}" + ("_bias" if bias else "")
+    assert not (bias and pack)
+    name = f"chain_fuser.transpose{v}" + ("_bias" if bias else "") + ("_pack" if pack else "")
     lo = [j for i in range(v // 2) for j in (i, v + i)]
     hi = [j for i in range(v // 2, v) for j in (i, v + i)]
-    rows = [f"A.vload([{i}, 0], 'float32x{v}')" for i in range(v)]
+    at = "[{i}, 0, 0]" if pack else "[{i}, 0]"
+    rows = [f"A.vload({at.format(i=i)}, 'float32x{v}')" for i in range(v)]
     for _ in range(v.bit_length() - 1):
         rows = [f"T.Shuffle([{rows[i]}, {rows[i + v // 2]}], {idx})" for i in range(v // 2) for idx in (lo, hi)]
     c_param = ", c: T.handle" if bias else ""
     c_buf = [f"    C = T.match_buffer(c, ({v},), 'float32', offset_factor=1)"] if bias else []
     c_read = f", C[0:{v}]" if bias else ""
+    a_shape, b_shape = (f"({v}, 1, {v})", f"({v}, {v})") if pack else (f"({v}, {v})", f"({v}, 1, {v})")
+    a_all, b_all = (f"A[0:{v}, 0:1, 0:{v}]", f"B[0:{v}, 0:{v}]") if pack else (f"A[0:{v}, 0:{v}]",
+                                                                              f"B[0:{v}, 0:1, 0:{v}]")
 
     def func(body: list[str], strided: bool) -> str:
-        strides = [", strides=(sa, 1)", ", strides=(sb, sy, 1)"] if strided else ["", ""]
+        two, three = ", strides=(sb, 1)" if pack else ", strides=(sa, 1)", ", strides=(sa, sy, 1)" if pack else \
+            ", strides=(sb, sy, 1)"
+        strides = ([three, two] if pack else [two, three]) if strided else ["", ""]
         return "\n".join([
             "@T.prim_func(s_tir=True)",
             f"def f(a: T.handle, b: T.handle{c_param}) -> None:",
             *(["    sa = T.int32()", "    sb = T.int32()", "    sy = T.int32()"] if strided else []),
-            f"    A = T.match_buffer(a, ({v}, {v}), 'float32'{strides[0]}, offset_factor=1)",
-            f"    B = T.match_buffer(b, ({v}, 1, {v}), 'float32'{strides[1]}, offset_factor=1)",
+            f"    A = T.match_buffer(a, {a_shape}, 'float32'{strides[0]}, offset_factor=1)",
+            f"    B = T.match_buffer(b, {b_shape}, 'float32'{strides[1]}, offset_factor=1)",
             *c_buf,
             "    with T.sblock('root'):",
-            f"        T.reads(A[0:{v}, 0:{v}]{c_read})",
-            f"        T.writes(B[0:{v}, 0:1, 0:{v}])",
+            f"        T.reads({a_all}{c_read})",
+            f"        T.writes({b_all})",
             *body])
 
     add = " + C[vk]" if bias else ""
+    store = "B[vk, vx] = A[vx, 0, vk]" if pack else f"B[vk, 0, vx] = A[vx, vk]{add}"
     desc = func([f"        for k, x in T.grid({v}, {v}):",
                  "            with T.sblock('O'):",
                  "                vk, vx = T.axis.remap('SS', [k, x])",
-                 f"                B[vk, 0, vx] = A[vx, vk]{add}"], False)
-    impl = func([f"        B[{j}, 0, T.ramp(0, 1, {v})] = {rows[j]}"
+                 f"                {store}"], False)
+    dst = "B[{j}, T.ramp(0, 1, {v})]" if pack else "B[{j}, 0, T.ramp(0, 1, {v})]"
+    impl = func([f"        {dst.format(j=j, v=v)} = {rows[j]}"
                  + (f" + T.broadcast(C[{j}], {v})" if bias else "") for j in range(v)], True)
     s_tir.TensorIntrin.register(name, tvm.script.from_source(desc), tvm.script.from_source(impl), override=True)
     return name

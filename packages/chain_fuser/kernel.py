@@ -330,7 +330,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
 
 
 _CODEGEN_VERSION = 17  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 8  # the same, for the Winograd kernels alone
+_WINOGRAD_VERSION = 9  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
@@ -401,7 +401,7 @@ class TuneReport:
                 "from_cache": self.from_cache, "seconds": self.seconds}
 
 
-_MODEL_VERSION = 9  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
+_MODEL_VERSION = 10  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
 
 
 def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int = 3, repeat: int = 7,

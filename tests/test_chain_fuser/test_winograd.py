@@ -176,3 +176,23 @@ def test_winograd2_with_an_avx2_micro_kernel_keeps_its_accumulators_in_16_regist
     assert mr * 2 <= 13
     k = build_kernel(spec, plan, use_cache=False, algorithm="winograd2")
     assert _rel_error(k, spec) < 3e-6
+
+
+@pytest.mark.parametrize("w, v", [(16, 16), (24, 8), (12, 0)])
+def test_the_input_layout_is_register_transposes_where_the_width_allows_and_matches_torch(w, v):
+    """``Ic``: v × v transposes (a zero border apart) where the width is a multiple of 16 or 8, else vector gathers;
+    either way the kernel matches torch."""
+    from chain_fuser.codegen import target
+    from chain_fuser.kernel import FusedKernel, import_tvm
+    from chain_fuser.winograd import schedule_winograd_chain
+
+    tvm = import_tvm()
+    spec = ConvChain(1, 32, 6, w, 16, 3, 3, 16, 1, 1, glue="relu", bias1=True)
+    plan = plan_chain(spec, top_k=1)[0]
+    for blocked in (True, False):
+        mod = schedule_winograd_chain(spec, plan, 2, blocked=blocked)
+        script = mod.script()
+        assert ("Ic_pad_const" in script) == bool(v)
+        assert ("match_buffer(Ic[" in script and f"({v}, {v}), strides" in script) == bool(v)
+        k = FusedKernel(spec, plan, tvm.build(mod, target=target()), False, algorithm="winograd2")
+        assert _rel_error(k, spec) < 3e-6
