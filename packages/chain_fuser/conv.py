@@ -191,8 +191,9 @@ def _tiles(spec: ConvChain, plan: Plan, ks: ConvKernelShape) -> dict[str, int]:
 
 
 def _conv_micro(sch, blk, mr, nr, lanes, spatial_loops_from: int, local: bool = True):
-    """Loops (.., ko, y, x, ki, c, r, s) below the attach point → ko, y, x/mr, c, r, s, x%mr (unroll), ki (vec),
-    the accumulators in registers per register block (:func:`register_accumulators`)."""
+    """Loops (.., ko, y, x, ki, c, r, s) below the attach point → ko, y, x/mr, c, r, s, x%mr (unroll), ki (vec);
+    ``local``: the accumulators in registers per register block (:func:`register_accumulators`), else zeroed in
+    the output block first (the reduction's init at ``ko``)."""
     loops = sch.get_loops(blk)[spatial_loops_from:]
     ko, y, x, ki, c, r, s = loops[-7:]
     ext = sch.get(x).extent
