@@ -639,7 +639,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             row["executed_gflop"] = {"ours": kernel.executed_flops / 1e9}
         row["gflops"] = {k: done[k] / (v * 1e-3) / 1e9 for k, v in row["ms"].items()}
         # provisional (the final fractions use the best FMA rate of the whole run, :func:`run_peak`)
-        row["peak_fraction"] = {k: g / max([peak_gflops, *probe_rates]) for k, g in row["gflops"].items()}
+        row["peak_fraction"] = {k: g / run_peak(peak_gflops, peak_gflops, probe_rates) for k, g in row["gflops"].items()}
         rates = probe_stats.pop("rates", [])
         probe_rates.extend(rates)
         if rates:  # the FMA probe's rate right after this row's slots: what the machine delivered then
