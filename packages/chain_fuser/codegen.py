@@ -654,7 +654,53 @@ def _fit_tile(extent: int, tile: int, gran: int) -> int:
     return best
 
 
+def _stack_locals_pass():
+    """A host pass before TVM's ``LowerTVMBuiltin``: every ``local`` buffer (register blocks of accumulators, a
+    transform's first pass, a packed weight slice) stays an ``alloca`` on the stack, which LLVM promotes to
+    registers, instead of a TVM workspace.
+
+    Why: TVM 0.27 keeps only small *global* buffers on the stack; each local one became a
+    ``TVMBackendAllocWorkspace``/``FreeWorkspace`` pair per iteration of the parallel loop it sits in (YOLO-2's
+    Winograd kernel: 235 pairs per call; Darknet-19's: 1111, one per weight-transform iteration)."""
+    import tvm
+    import tvm_ffi
+    from tvm import tirx
+
+    def mark(stmt):
+        if stmt.buffer.scope() != "local":
+            return stmt
+        ann = dict(stmt.annotations)
+        ann["disable_lower_builtin"] = tirx.IntImm("bool", 1)  # LowerTVMBuiltin leaves it an alloca
+        return tirx.AllocBuffer(stmt.buffer, ann, stmt.span)
+
+    @tvm.tirx.transform.prim_func_pass(opt_level=0, name="chain_fuser.StackLocals")
+    def stack_locals(func, mod, ctx):
+        return func.with_body(tvm_ffi.structural_map(func.body, [(tirx.AllocBuffer, mark)]))
+
+    return stack_locals
+
+
+PIPELINE = "chain_fuser"
+"""The TIR pipeline our kernels build with (:func:`pipeline`)."""
+
+
+@functools.lru_cache(maxsize=1)
+def pipeline() -> str:
+    """Registers (once) and returns the name of our TIR pipeline: TVM's default, with :func:`_stack_locals_pass`
+    before the host finalisation."""
+    import tvm
+    from tvm.s_tir.pipeline import default_s_tir_pipeline
+    from tvm.tirx.compilation_pipeline import register_tir_pipeline
+
+    def factory(**kwargs):
+        passes, host, device = default_s_tir_pipeline(**kwargs)
+        return passes, (lambda: tvm.ir.transform.Sequential([_stack_locals_pass(), host()])), device
+
+    register_tir_pipeline(PIPELINE, factory)
+    return PIPELINE
+
+
 def build(mod, tgt=None):
     import tvm
 
-    return tvm.build(mod, target=tgt or target())
+    return tvm.build(mod, target=tgt or target(), pipeline=pipeline())

@@ -329,8 +329,8 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
                            tvm.__version__, _CODEGEN_VERSION, *extra)
 
 
-_CODEGEN_VERSION = 17  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 9  # the same, for the Winograd kernels alone
+_CODEGEN_VERSION = 18  # bump when generated code changes: stale cached kernels are then ignored
+_WINOGRAD_VERSION = 10  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
@@ -349,10 +349,10 @@ def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
         k = FusedKernel(spec, plan, mod, fused, time.perf_counter() - t, True, algorithm=algorithm)
         k._call_info()  # its shapes as built (codegen.TAILS may change later)
         return k
-    from .codegen import target
+    from .codegen import build
 
     t = time.perf_counter()
-    mod = tvm.build(_schedule(spec, plan, fused, algorithm), target=target())
+    mod = build(_schedule(spec, plan, fused, algorithm))
     dt = time.perf_counter() - t
     if use_cache:
         tmp = f"{so}.tmp{os.getpid()}.so"

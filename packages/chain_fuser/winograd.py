@@ -473,7 +473,9 @@ class _Sched:
         sch.parallel(par)
         sch.unroll(e)
         self.vec(ki, self.ks.nr)
-        self.vec(sch.get_loops(self.at(packed, par))[-1], self.ks.nr)
+        pk = self.at(packed, par)
+        sch.set_scope(pk, 0, "local")  # one iteration's 9 vectors, on the stack (codegen.build), not a workspace
+        self.vec(sch.get_loops(pk)[-1], self.ks.nr)
 
     def first_pass(self, blk, loop):
         """A transform's first pass (block ``<blk>r``) per iteration of ``loop`` of its consumer ``blk``, in a local

@@ -196,3 +196,29 @@ def test_the_input_layout_is_register_transposes_where_the_width_allows_and_matc
         assert ("match_buffer(Ic[" in script and f"({v}, {v}), strides" in script) == bool(v)
         k = FusedKernel(spec, plan, tvm.build(mod, target=target()), False, algorithm="winograd2")
         assert _rel_error(k, spec) < 3e-6
+
+
+def test_local_buffers_are_stack_allocas_not_tvm_workspaces_and_the_kernel_still_matches_torch():
+    """``codegen.build``'s pipeline keeps every local buffer (the GEMM's register block, the transforms' first
+    passes, the packed weight slice) on the stack; TVM's default pipeline makes each a workspace allocated per
+    parallel iteration. The large per-block buffers (transformed tiles, GEMM output) stay workspaces."""
+    import re
+
+    from chain_fuser.codegen import build, target
+    from chain_fuser.kernel import FusedKernel, import_tvm
+    from chain_fuser.winograd import plan_for, schedule_winograd_chain
+
+    tvm = import_tvm()
+    spec = ConvChain(1, 32, 8, 16, 32, 3, 3, 16, 1, 1, glue="relu")
+    plan = plan_for(spec, plan_chain(spec, top_k=1))
+
+    def workspaces(lib):
+        return set(re.findall(r"%(\w+) = tail call ptr %\d+\(i32 1, i32 %dev_id, i64", lib.inspect_source("ll")))
+
+    default = workspaces(tvm.build(schedule_winograd_chain(spec, plan, 2), target=target()))
+    ours_lib = build(schedule_winograd_chain(spec, plan, 2))
+    ours = workspaces(ours_lib)
+    assert {"Mw_local", "Vr_local", "Tr_local", "W1p_local"} <= default  # what the pass is for
+    assert not any(name.endswith("_local") for name in ours), ours
+    assert {"V", "Mw"} <= ours
+    assert _rel_error(FusedKernel(spec, plan, ours_lib, False, algorithm="winograd2"), spec) < 3e-6
