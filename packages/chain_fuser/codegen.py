@@ -455,9 +455,10 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
     if softmax and fused and "l" in prefix and T["l"] < ks.Lp:
         return _schedule_attention_blocked(spec, plan, T)
     threads = _pack_per_thread(spec, ks, order, T, fused)
+    per_batch = _pack_per_batch(spec, ks, order, T, fused) and not threads
     for name in ("Bp", "Dp"):  # packing: parallel over batch × panels, vectorised along the panel
-        if threads:
-            continue  # packed by each thread into its own buffer, inside the parallel loop (below)
+        if threads or per_batch:
+            continue  # packed inside the parallel loop, by the iteration that uses it (below)
         blk = sch.get_sblock(name)
         loops = sch.get_loops(blk)
         sch.parallel(sch.fuse(loops[0], loops[1]))
@@ -584,7 +585,7 @@ def schedule_gemm_chain(spec: GemmChain, plan: Plan, fused: bool = True):
         sch.unroll(c2m)
         sch.vectorize(c2l)
         sch.decompose_reduction(cblk, c_order[0])
-    if threads:  # B and D packed per thread, at the top of its parallel unit (their consumers are all below it)
+    if threads or per_batch:  # B and D packed at the top of the parallel unit (their consumers are all below it)
         for name in ("Bp", "Dp"):
             blk = sch.get_sblock(name)
             sch.compute_at(blk, par, preserve_unit_loops=True)
@@ -613,6 +614,18 @@ def _pack_per_thread(spec: GemmChain, ks: GemmKernelShape, order, T: dict, fused
         return 0  # the unfused variant keeps its loops; attention has its own template; m must lead the parallel loop
     packed = 4 * ks.K * ks.Lp + 4 * ks.Lp * ks.Np  # one batch's Bp and Dp
     return private_packing_threads(ks.batch, ks.batch * -(-ks.Mp // T["m"]), packed)
+
+
+def _pack_per_batch(spec: GemmChain, ks: GemmKernelShape, order, T: dict, fused: bool) -> bool:
+    """Whether B and D are packed per batch inside the parallel loop, each iteration packing the batch it then
+    computes: when an iteration of the parallel loop is one whole batch (the loop is over batches alone, or m leads
+    the order untiled).
+
+    Why: packed in a parallel loop of their own, all batches' panels are written before the first is used (Bert-Large:
+    16 batches, 4 MB of panels) and come back from L3; packed per batch they are in L2 (256 kB) when used."""
+    if not fused or spec.glue == "softmax" or ks.batch < 2:
+        return False
+    return [d for d in order if d in ("m", "n", "l")][0] != "m" or T["m"] >= ks.Mp
 
 
 def private_packing_threads(batch: int, units: int, packed_bytes: int) -> int:

@@ -329,7 +329,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
                            tvm.__version__, _CODEGEN_VERSION, *extra)
 
 
-_CODEGEN_VERSION = 18  # bump when generated code changes: stale cached kernels are then ignored
+_CODEGEN_VERSION = 19  # bump when generated code changes: stale cached kernels are then ignored
 _WINOGRAD_VERSION = 10  # the same, for the Winograd kernels alone
 
 

@@ -141,7 +141,7 @@ def test_mlp_spec_with_transposed_weights_and_biases():
                                   GemmChain(3, 32, 16, 8, 40, glue="gelu")])
 def test_single_batch_chains_pack_per_thread(spec, monkeypatch):
     """With fewer batches than threads (or a remainder), each thread packs B and D for itself inside its parallel
-    unit; the kernel stays equal to PyTorch. Whole batches per thread keep the shared packing loop."""
+    unit; the kernel stays equal to PyTorch. Whole batches per thread need no per-thread copy."""
     from chain_fuser.codegen import _pack_per_thread, _tiles, kernel_shape
     from chain_fuser.kernel import _schedule
 
@@ -165,6 +165,28 @@ def test_single_batch_chains_pack_per_thread(spec, monkeypatch):
 
         two = replace(spec, batch=2)
         assert _pack_per_thread(two, kernel_shape(two, plan.micro), order, T, True) == 0
+
+
+@pytest.mark.parametrize("spec", [GemmChain(4, 32, 16, 8, 40), GemmChain(2, 24, 16, 16, 45, glue="relu"),
+                                  GemmChain(2, 1024, 16, 16, 1024)])
+def test_batched_chains_pack_each_batch_in_the_parallel_iteration_that_computes_it(spec, monkeypatch):
+    """When an iteration of the parallel loop is one whole batch, B and D are packed inside it (no packing loop of
+    their own: one parallel loop in the kernel); else (m tiled under the batch) in their own parallel loop. Equal to
+    PyTorch either way."""
+    from chain_fuser.codegen import _pack_per_batch, _tiles, kernel_shape
+    from chain_fuser.kernel import _schedule
+
+    import shared_ir.hostinfo
+
+    monkeypatch.setattr(shared_ir.hostinfo, "num_cores", lambda: 2)
+    plan = plan_chain(spec, top_k=1)[0]
+    ks = kernel_shape(spec, plan.micro)
+    order, T = _tiles(spec, plan, ks)
+    per_batch = _pack_per_batch(spec, ks, order, T, True)
+    assert per_batch == ([d for d in order if d in "mnl"][0] != "m" or T["m"] >= ks.Mp)
+    assert not _pack_per_batch(spec, ks, order, T, False)  # the unfused variant keeps its own loops
+    assert _schedule(spec, plan, True).script().count("T.parallel(") == (1 if per_batch else 3)
+    check(spec)
 
 
 def test_single_image_conv_chain_packs_per_thread(monkeypatch):
