@@ -484,11 +484,9 @@ def transpose_intrin(v: int, bias: bool = False, pack: bool = False) -> str:
     return name
 
 
-def conv_call(kernel, tensors, out=None):
-    import torch
-
-    info = kernel._call_info()
+def conv_call(kernel, tensors, out=None, info=None):
+    info = info or kernel._call_info()
     ins = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    res = out if out is not None else torch.empty(*info["out_shape"], dtype=torch.float32)
+    res = out if out is not None else info["torch"].empty(*info["out_shape"], dtype=info["f32"])
     info["fn"](*ins, res)
     return res

@@ -152,28 +152,40 @@ class FusedKernel:
         ~13 µs above the compiled function alone (Mixer-Small: 174 vs 161 µs), 7 % of a 0.19 ms kernel."""
         info = self.__dict__.get("_ci")
         if info is None:
+            import torch
+
             want = self.spec.shapes()
-            info = {"want": [(n, tuple(want[n])) for n in input_names(self.spec)], "fn": self.module["main"]}
-            info["shapes"] = [s for _, s in info["want"]]
+            info = {"want": [(n, tuple(want[n])) for n in input_names(self.spec)], "fn": self.module["main"],
+                    "torch": torch, "Tensor": torch.Tensor, "f32": torch.float32}
+            # torch.Size, so that the per-call check compares like with like
+            info["shapes"] = [torch.Size(s) for _, s in info["want"]]
             if isinstance(self.spec, GemmChain):
                 from .codegen import kernel_shape
 
                 info["ks"] = kernel_shape(self.spec, self.plan.micro)
             else:
+                from .conv import conv_call
+
                 info["out_shape"] = tuple(want["O"])
+                info["conv_call"] = conv_call
             self.__dict__["_ci"] = info
         return info
 
-    def _check(self, tensors: Sequence[Any]):
+    def _check(self, tensors: Sequence[Any], info: dict | None = None):
+        info = info or self._call_info()
+        shapes = info["shapes"]
+        # the common case in one loop (~0.5 µs; a generator under all() ~0.8 µs, the checks below with their
+        # messages ~1.2 µs: a few % of a 0.08 ms kernel's call); a non-tensor, a wrong dtype or shape falls through
+        # to the checks that name it
+        if len(tensors) == len(shapes):
+            tensor, f32 = info["Tensor"], info["f32"]
+            for t, s in zip(tensors, shapes):
+                if type(t) is not tensor or t.dtype is not f32 or t.shape != s:
+                    break
+            else:
+                return
         import torch
 
-        info = self._call_info()
-        shapes = info["shapes"]
-        # the common case in one pass (~0.6 µs; the checks below with their messages ~1.2 µs: a few % of a 0.08 ms
-        # kernel's call); a non-tensor, a wrong dtype or shape falls through to the checks that name it
-        if len(tensors) == len(shapes) and all(
-                type(t) is torch.Tensor and t.dtype is torch.float32 and t.shape == s for t, s in zip(tensors, shapes)):
-            return
         want = info["want"]
         if len(tensors) != len(want):
             names = [n for n, _ in want]
@@ -189,11 +201,10 @@ class FusedKernel:
                                       f"chain's {list(shape_want)}", shape)
 
     def __call__(self, *tensors, out=None):
-        import torch
-
-        self._check(tensors)
-        info = self._call_info()
-        if isinstance(self.spec, GemmChain):
+        info = self.__dict__.get("_ci") or self._call_info()
+        self._check(tensors, info)
+        if "ks" in info:  # a GEMM chain
+            torch = info["torch"]
             ks = info["ks"]
             A, B, D, *rest = [t if t.is_contiguous() else t.contiguous() for t in tensors]
             b1 = rest.pop(0) if self.spec.bias1 else None
@@ -216,9 +227,7 @@ class FusedKernel:
                 out.copy_(res)
                 return out
             return res
-        from .conv import conv_call
-
-        return conv_call(self, tensors, out)
+        return info["conv_call"](self, tensors, out, info)
 
     def _padded_rows(self, A, Mp: int):
         """A with its rows zero-padded to ``Mp``, in a scratch buffer kept per thread (the pad rows are zeroed once
