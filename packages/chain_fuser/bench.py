@@ -487,10 +487,11 @@ class SelfTimed:
 def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
         only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
         ms_config: dict | None = None, pin: bool = True, probe: bool = True, torch_process: bool = True,
-        winograd: tuple[int, ...] = (2,)) -> dict:
+        winograd: tuple[int, ...] = (2,), cache_probe: bool = True) -> dict:
     """``torch_process``: PyTorch's variants run in a child process of their own (``TorchServer``); False times
     them in this process, as before round 8. ``winograd``: the Winograd tile sizes ``tune`` tries on conv chains
-    (the default ``(2,)``: a direct conv's rounding error; ``(2, 4)`` adds the opt-in F(4×4, 3×3))."""
+    (the default ``(2,)``: a direct conv's rounding error; ``(2, 4)`` adds the opt-in F(4×4, 3×3)).
+    ``cache_probe``: the machine probe also requires the shared cache uncontended (:class:`peak.CacheProbe`)."""
     import torch
 
     from shared_ir import atomic_write_text
@@ -530,7 +531,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     if probe:  # created before the threads are placed: its workers are TVM's pool, placed with the rest
         from .peak import FmaProbe
 
-        fma_probe = FmaProbe(threads)
+        fma_probe = FmaProbe(threads, cache=cache_probe)
     floor = PROBE_FLOOR * max(peak_gflops, cached_peak)
     probe_rates: list[float] = []  # every FMA probe reading after a timed slot, all rows
     items = shapes(scale)
@@ -723,13 +724,19 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             "per_shape": {r["name"]: r["server_prediction"] for r in rows}},
         "machine_probe": None if fma_probe is None else {
             "floor_gflops": floor, "probes": fma_probe.samples, "slow_probes": fma_probe.slow,
+            "cache_slow_probes": fma_probe.cache_slow,
+            "cache_probe": None if fma_probe.cache is None else {
+                "best_gbps": fma_probe.cache.best, "floor": fma_probe.cache.floor,
+                "note": "a 4 MB copy after each FMA probe; a probe counts as slow also when the FMA rate was fast but "
+                        "the copy ran below floor × its best (the shared cache contended by other tenants)"},
             "slots": sum(r["probe"].get("slots", 0) for r in rows),
             "retried_slots": sum(r["probe"].get("retried_slots", 0) for r in rows),
             "waited_s": fma_probe.waited_s, "wait_budget_s": fma_probe.wait_budget_s,
             "gave_up": fma_probe.exhausted,
-            "note": "every timed slot was preceded and followed by a ~0.2 ms FMA probe; a slot whose following probe "
-                    "ran below the floor (the shared machine's half-speed state) was timed again, until the waiting "
-                    "budget was spent (gave_up: later slots were timed whatever the state)"},
+            "note": "every timed slot was preceded and followed by a ~0.2 ms FMA probe (and a 4 MB cache copy); a slot "
+                    "whose following probe ran below the floor (the shared machine's half-speed state, or its shared "
+                    "cache contended) was timed again, until the waiting budget was spent (gave_up: later slots were "
+                    "timed whatever the state)"},
         "seconds": time.perf_counter() - t_start,
         # where the run's time went (the rest: the peak measurement, the child processes' start, the summary)
         "seconds_by_phase": {"metaschedule_tuning": sum(r["tune_s"] for r in ms_runs),
@@ -875,7 +882,8 @@ def summary_table(res: dict) -> str:
     if res.get("machine_probe"):
         mp_ = res["machine_probe"]
         lines.append(f"  machine state: {mp_['slow_probes']}/{mp_['probes']} probes below {mp_['floor_gflops']:.0f} "
-                     f"GFLOP/s; {mp_['retried_slots']} of {mp_['slots']} timed slots timed again; "
+                     f"GFLOP/s or with the cache contended ({mp_.get('cache_slow_probes', 0)}); "
+                     f"{mp_['retried_slots']} of {mp_['slots']} timed slots timed again; "
                      f"{mp_.get('waited_s', 0):.0f} s waited for the fast state"
                      + (" (budget spent: later slots timed whatever the state)" if mp_.get("gave_up") else ""))
     lines.append(f"  total {res['seconds']:.0f} s; load average (1/5/15 min) at start {res.get('load_avg_start')}, "
@@ -909,6 +917,8 @@ def main(argv=None) -> int:
                          "opt-in F(4x4,3x3), 15-25x a direct conv's rounding error), or none")
     ap.add_argument("--no-probe", action="store_true",
                     help="time slots whatever the machine's state (no FMA probe around them)")
+    ap.add_argument("--no-cache-probe", action="store_true",
+                    help="the machine probe checks the FMA rate only, not whether the shared cache is contended")
     a = ap.parse_args(argv)
     # this process's torch only makes inputs and references (the timed torch variants run in TorchServer's child,
     # with torch's defaults): its OpenMP workers wait passively, so that they never spin on the cores a TVM kernel
@@ -935,7 +945,8 @@ def main(argv=None) -> int:
     if any(t not in WINOGRAD_TILES for t in tiles):
         ap.error(f"--winograd: tile sizes must be among {list(WINOGRAD_TILES)}, got {a.winograd!r}")
     run(a.scale, a.top_k, a.repeat, a.out, a.only, not a.no_metaschedule, not a.no_openblas, ms_config=ms,
-        pin=not a.no_pin, probe=not a.no_probe, torch_process=not a.torch_in_process, winograd=tiles)
+        pin=not a.no_pin, probe=not a.no_probe, torch_process=not a.torch_in_process, winograd=tiles,
+        cache_probe=not a.no_cache_probe)
     return 0
 
 

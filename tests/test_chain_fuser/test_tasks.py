@@ -151,6 +151,22 @@ def test_fma_probe_reports_the_machine_state():
     assert not p.wait_fast(1e9, max_wait_s=0.05, step_s=0.01) and p.slow == p.samples - 1 >= 2
 
 
+def test_the_cache_probe_gates_the_machine_probe_when_the_shared_cache_is_slow():
+    """A probe with the cache copy: fast only when the FMA rate and the copy are both fast; a slow copy counts as
+    a slow probe of its own kind (``cache_slow``). The copy's best rate only rises."""
+    from chain_fuser.peak import CacheProbe, FmaProbe
+
+    c = CacheProbe(mbytes=1)
+    assert c.best > 0 and c.gbps() > 0 and c.best >= c.last
+    p = FmaProbe(iters=2000, cache=True)
+    p.cache.floor = 0.0
+    assert p.fast(0.0) and p.cache_slow == 0
+    p.cache.floor = 1e9  # no copy reaches it: the cache reads as contended
+    assert not p.fast(0.0) and p.cache_slow == 1 and p.slow == 1
+    assert not p.fast(1e9) and p.cache_slow == 1 and p.slow == 2  # FMA slow first: not counted as the cache's
+    assert FmaProbe(iters=2000).cache is None
+
+
 def test_fma_probe_stops_gating_when_its_waiting_budget_is_spent():
     from chain_fuser.bench import time_interleaved
     from chain_fuser.peak import FmaProbe
