@@ -727,13 +727,13 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             "cache_slow_probes": fma_probe.cache_slow,
             "cache_probe": None if fma_probe.cache is None else {
                 "best_gbps": fma_probe.cache.best, "floor": fma_probe.cache.floor,
-                "note": "a 4 MB copy after each FMA probe; a probe counts as slow also when the FMA rate was fast but "
+                "note": "six 2 MB copies after each FMA probe; a probe counts as slow also when the FMA rate was fast but "
                         "the copy ran below floor × its best (the shared cache contended by other tenants)"},
             "slots": sum(r["probe"].get("slots", 0) for r in rows),
             "retried_slots": sum(r["probe"].get("retried_slots", 0) for r in rows),
             "waited_s": fma_probe.waited_s, "wait_budget_s": fma_probe.wait_budget_s,
             "gave_up": fma_probe.exhausted,
-            "note": "every timed slot was preceded and followed by a ~0.2 ms FMA probe (and a 4 MB cache copy); a slot "
+            "note": "every timed slot was preceded and followed by a ~0.2 ms FMA probe (and 2 MB cache copies); a slot "
                     "whose following probe ran below the floor (the shared machine's half-speed state, or its shared "
                     "cache contended) was timed again, until the waiting budget was spent (gave_up: later slots were "
                     "timed whatever the state)"},
