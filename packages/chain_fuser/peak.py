@@ -209,7 +209,9 @@ class CacheProbe:
     at 42-93 GB/s and the kernels 20-25 % slower. Right after a kernel's timed slot the first copies are slow
     whatever the state (the first of six at 20-50 GB/s: its lines come back from memory), the best of six at
     89-117 GB/s when quiet; the best of two read as contended in most slots of a quiet run (a bench run with it:
-    2960 of 4315 probes, the waiting budget spent)."""
+    2960 of 4315 probes, the waiting budget spent). It does not see every such state: in run session15-f the conv
+    rows ran 15-35 % slower while it read the cache as contended in only 23 of 1388 probes (a monitor during such a
+    stretch: the copies at 107-130 GB/s, Darknet-19 at 0.77-0.98 ms against 0.59 quiet)."""
 
     def __init__(self, mbytes: int = 2, floor: float = CACHE_FLOOR, copies: int = 6):
         import numpy as np
