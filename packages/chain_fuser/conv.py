@@ -215,10 +215,11 @@ def register_accumulators(sch, blk, block_loop, first_red) -> None:
     ``block_loop`` writes), zeroed before ``first_red`` and stored once after it, instead of in the output.
 
     Why: zeroing the output block in place (the reduction's init) became a ``memset`` call (LLVM merges the unrolled
-    zero stores) that the accumulators were then loaded back from; a local buffer with constant indices is promoted
-    to registers, so the zeroing is register moves and there is no reload. Measured on the Winograd kernels (their
-    GEMMs reduce over only 32-128 channels), interleaved, 2 threads: YOLO-1/2 x1.031, YOLO-2 x1.037, Darknet-19
-    x1.012, ResNet-50 3x3->1x1 x1.036, 3x3->3x3 x1.024, Inception x1.028; the unfused direct kernels x1.00-1.01."""
+    zero stores) that the accumulators were then loaded back from; a local buffer with constant indices (on the
+    stack: :func:`~chain_fuser.codegen.build`) is promoted to registers, so the zeroing is register moves and there
+    is no reload. Measured on the Winograd kernels (their GEMMs reduce over only 32-128 channels), interleaved,
+    2 threads: YOLO-1/2 x1.031, YOLO-2 x1.037, Darknet-19 x1.012, ResNet-50 3x3->1x1 x1.036, 3x3->3x3 x1.024,
+    Inception x1.028; the unfused direct kernels x1.00-1.01."""
     acc = sch.cache_write(blk, 0, "local")
     sch.reverse_compute_at(acc, block_loop)
     loops = sch.get_loops(acc)
@@ -484,8 +485,8 @@ def transpose_intrin(v: int, bias: bool = False, pack: bool = False) -> str:
     return name
 
 
-def conv_call(kernel, tensors, out=None, info=None):
-    info = info or kernel._call_info()
+def conv_call(info: dict, tensors, out=None):
+    """A conv chain kernel's call on torch tensors (``info``: :meth:`FusedKernel._call_info`)."""
     ins = [t if t.is_contiguous() else t.contiguous() for t in tensors]
     res = out if out is not None else info["torch"].empty(*info["out_shape"], dtype=info["f32"])
     info["fn"](*ins, res)

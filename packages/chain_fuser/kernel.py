@@ -171,8 +171,7 @@ class FusedKernel:
             self.__dict__["_ci"] = info
         return info
 
-    def _check(self, tensors: Sequence[Any], info: dict | None = None):
-        info = info or self._call_info()
+    def _check(self, tensors: Sequence[Any], info: dict):
         shapes = info["shapes"]
         # the common case in one loop (~0.5 µs; a generator under all() ~0.8 µs, the checks below with their
         # messages ~1.2 µs: a few % of a 0.08 ms kernel's call); a non-tensor, a wrong dtype or shape falls through
@@ -227,7 +226,7 @@ class FusedKernel:
                 out.copy_(res)
                 return out
             return res
-        return info["conv_call"](self, tensors, out, info)
+        return info["conv_call"](info, tensors, out)
 
     def _padded_rows(self, A, Mp: int):
         """A with its rows zero-padded to ``Mp``, in a scratch buffer kept per thread (the pad rows are zeroed once

@@ -474,7 +474,7 @@ class _Sched:
         sch.unroll(e)
         self.vec(ki, self.ks.nr)
         pk = self.at(packed, par)
-        sch.set_scope(pk, 0, "local")  # one iteration's 9 vectors, on the stack (codegen.build), not a workspace
+        sch.set_scope(pk, 0, "local")  # one iteration's 3 × 3 × nr floats: on the stack (codegen.build)
         self.vec(sch.get_loops(pk)[-1], self.ks.nr)
 
     def first_pass(self, blk, loop):
