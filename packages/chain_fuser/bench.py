@@ -179,22 +179,38 @@ def warm_up(f: Callable[[], Any], seconds: float) -> None:
         f()
 
 
-def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget_s: float,
-                     cpu_out: dict[str, float] | None = None, probe=None, floor_gflops: float = 0.0,
-                     stats: dict | None = None) -> dict[str, float]:
-    """Median ms per variant; variants alternate within each repeat so that drifting machine load hits all.
-
-    ``cpu_out``, when given, receives each variant's median CPU ms per call (all its threads, spin-waits included):
-    on a shared machine the wall clock counts other processes' time slices, the CPU time does not.
+class InterleavedTimer:
+    """Timed slots of a set of variants, one repeat at a time (:meth:`round`), so that a caller can spread one row's
+    repeats over a longer run (``run``: every row's round ``r`` before any row's round ``r + 1``). Each slot: the
+    variant's untimed warm-up calls, then a number of timed calls fixed at construction (about
+    ``budget_s / repeat / len(variants)`` seconds of them); :meth:`medians` gives the medians over the rounds.
 
     ``probe`` (a :class:`chain_fuser.peak.FmaProbe`): each timed slot waits until the machine runs at
     ``floor_gflops`` and is timed again (up to ``PROBE_RETRIES`` times) when the probe right after it finds the
     machine slow, so that every variant is timed in the same (full-speed) state. ``stats`` receives the counts."""
-    malloc_steady_state()
-    calls: dict[str, int] = {}
-    long_calls: set[str] = set()  # variants whose one call takes > 50 ms: a thread pool's wake-up is noise there
 
-    def once(k, f, n):
+    def __init__(self, variants: dict[str, Callable[[], Any]], repeat: int, budget_s: float, probe=None,
+                 floor_gflops: float = 0.0, stats: dict | None = None):
+        malloc_steady_state()
+        self.variants, self.probe, self.floor, self.stats = variants, probe, floor_gflops, stats
+        self.calls: dict[str, int] = {}
+        self.long_calls: set[str] = set()  # variants whose one call takes > 50 ms: a pool's wake-up is noise there
+        self.runs: dict[str, list[float]] = {k: [] for k in variants}
+        self.cpu: dict[str, list[float]] = {k: [] for k in variants}
+        self.rounds = 0
+        self.seconds = 0.0  # spent in the constructor's calibration and in the rounds
+        self._rng = random.Random(0)
+        t = time.perf_counter()
+        for k, f in variants.items():  # warm-up, and how many calls fit in a ~budget/repeat slice
+            dt = max(self._once(k, f, 1)[0] * 1e-3, 1e-6)
+            if dt > 0.05 and not isinstance(f, SelfTimed):
+                self.long_calls.add(k)  # warm enough after two calls; memory-bound variants need seconds per call
+            else:
+                dt = max(self._once(k, f, 1)[0] * 1e-3, 1e-6)
+            self.calls[k] = max(1, min(50, int(budget_s / repeat / len(variants) / dt)))
+        self.seconds += time.perf_counter() - t
+
+    def _once(self, k, f, n):
         if isinstance(f, SelfTimed):
             if f.settle_s:  # and this process's TVM workers still spin after the previous variant's last call
                 time.sleep(f.settle_s / 5)
@@ -202,7 +218,7 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
             if f.settle_s:  # the other process's threads still spin after its calls: let them go idle first
                 time.sleep(f.settle_s)
             return r if isinstance(r, tuple) else (r, None)
-        if k not in long_calls:
+        if k not in self.long_calls:
             warm_up(f, WARM_S)  # thread pools awake, caches warm, clocks up, as the other process's variant gets too
         t, c = time.perf_counter(), time.process_time()
         for _ in range(n):
@@ -214,45 +230,70 @@ def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget
         time.sleep(POOL_SETTLE_S)
         return r
 
-    for k, f in variants.items():  # warm-up, and how many calls fit in a ~budget/repeat slice
-        dt = max(once(k, f, 1)[0] * 1e-3, 1e-6)
-        if dt > 0.05 and not isinstance(f, SelfTimed):
-            long_calls.add(k)  # warm enough after two calls; memory-bound variants need seconds per call
-        else:
-            dt = max(once(k, f, 1)[0] * 1e-3, 1e-6)
-        calls[k] = max(1, min(50, int(budget_s / repeat / len(variants) / dt)))
-    runs: dict[str, list[float]] = {k: [] for k in variants}
-    cpu: dict[str, list[float]] = {k: [] for k in variants}
-    keys, rng = list(variants), random.Random(0)
-    for r in range(repeat):
-        # a fresh (seeded) order per repeat: whichever variant runs right after the OpenBLAS child's settle pause
-        # (its process has just used the shared caches, the cores were idle) pays for it, measured ×1.02-1.18 on
-        # the same kernel timed twice in one fixed order (ViT-Base/14 1.19 vs 1.01 ms; a rotation keeps the cyclic
+    def round(self) -> None:
+        """One repeat: a slot per variant, in a fresh (seeded) order after the first round."""
+        t = time.perf_counter()
+        probe, stats = self.probe, self.stats
+        # a fresh order per repeat: whichever variant runs right after the OpenBLAS child's settle pause (its
+        # process has just used the shared caches, the cores were idle) pays for it, measured ×1.02-1.18 on the same
+        # kernel timed twice in one fixed order (ViT-Base/14 1.19 vs 1.01 ms; a rotation keeps the cyclic
         # neighbours, so it does not help): shuffled, no variant holds that slot in most repeats of the median
-        order = list(keys)
-        if r:
-            rng.shuffle(order)
+        order = list(self.variants)
+        if self.rounds:
+            self._rng.shuffle(order)
         for k in order:
-            f = variants[k]
+            f = self.variants[k]
             for attempt in range(PROBE_RETRIES + 1):
                 if probe is not None:
-                    probe.wait_fast(floor_gflops)
+                    probe.wait_fast(self.floor)
                     time.sleep(POOL_SETTLE_S)  # the probe's TVM workers stop spinning before the slot
-                w, c = once(k, f, calls[k])
-                if probe is None or probe.fast(floor_gflops) or probe.exhausted:
+                w, c = self._once(k, f, self.calls[k])
+                if probe is None or probe.fast(self.floor) or probe.exhausted:
                     if probe is not None and stats is not None:
                         stats.setdefault("rates", []).append(probe.last)
                     break
                 if stats is not None:
                     stats["retried_slots"] = stats.get("retried_slots", 0) + 1
-            runs[k].append(w)
+            self.runs[k].append(w)
             if c is not None:
-                cpu[k].append(c)
+                self.cpu[k].append(c)
             if stats is not None:
                 stats["slots"] = stats.get("slots", 0) + 1
-    if cpu_out is not None:
-        cpu_out.update({k: statistics.median(v) for k, v in cpu.items() if v})
-    return {k: statistics.median(v) for k, v in runs.items()}
+        self.rounds += 1
+        self.seconds += time.perf_counter() - t
+
+    def medians(self, cpu_out: dict[str, float] | None = None) -> dict[str, float]:
+        """Median ms per variant over the rounds so far; ``cpu_out`` receives the median CPU ms per call."""
+        if cpu_out is not None:
+            cpu_out.update({k: statistics.median(v) for k, v in self.cpu.items() if v})
+        return {k: statistics.median(v) for k, v in self.runs.items()}
+
+
+def time_round_robin(timers: list[InterleavedTimer], rounds: int, log=print) -> None:
+    """``rounds`` rounds of every timer, each timer's round ``r`` before any timer's round ``r + 1`` (a line of
+    progress per round). Why: the machine's contended stretches last tens of seconds to minutes (the conv rows
+    12-35 % slower, see :class:`peak.CacheProbe`), longer than one row's timing (3-13 s); timed row after row, the
+    rows timed during one had every repeat in it (benchmark runs session15-c, f, g: all six conv rows), while spread
+    over the whole timing phase a stretch meets a few rounds of many rows, and the medians keep the other rounds."""
+    for r in range(rounds):
+        t = time.perf_counter()
+        for timer in timers:
+            timer.round()
+        log(f"  timing round {r + 1}/{rounds}: {len(timers)} rows in {time.perf_counter() - t:.0f} s")
+
+
+def time_interleaved(variants: dict[str, Callable[[], Any]], repeat: int, budget_s: float,
+                     cpu_out: dict[str, float] | None = None, probe=None, floor_gflops: float = 0.0,
+                     stats: dict | None = None) -> dict[str, float]:
+    """Median ms per variant; variants alternate within each repeat so that drifting machine load hits all
+    (:class:`InterleavedTimer`, its ``repeat`` rounds back to back).
+
+    ``cpu_out``, when given, receives each variant's median CPU ms per call (all its threads, spin-waits included):
+    on a shared machine the wall clock counts other processes' time slices, the CPU time does not."""
+    timer = InterleavedTimer(variants, repeat, budget_s, probe=probe, floor_gflops=floor_gflops, stats=stats)
+    for _ in range(repeat):
+        timer.round()
+    return timer.medians(cpu_out)
 
 
 # --- baselines in processes of their own: what their child scripts share ----------------------------------------
@@ -515,8 +556,8 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     from .hw import measured_peak_flops
 
     cached_peak = (measured_peak_flops() or 0.0) / 1e9  # the best this machine did in earlier measurements
-    repeat = repeat or (7 if scale == "full" else 5)
-    budget = 0.6 if scale == "small" else 2.0  # seconds of timing per shape and variant set
+    repeat = repeat or (11 if scale == "full" else 9)
+    budget = 0.8 if scale == "small" else 2.0  # seconds of timing per shape and variant set
     threads = num_cores()
     torch.set_num_threads(threads)
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
@@ -567,7 +608,10 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         torch.mm(torch.ones(256, 256), torch.ones(256, 256))
         pinning = pin_threads_for_benchmark()
         log(f"thread placement: {pinning or 'unchanged (no pinned TVM worker)'}")
-    for it in items:
+
+    def prepare(it) -> dict:
+        """A row ready to be timed: its kernel tuned (or from the disk cache), checked against the reference, and
+        its variants set up (the baselines' in their child processes)."""
         spec = it["spec"]
         name = it["name"]
         t_row = time.perf_counter()
@@ -603,11 +647,24 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             rt = ms_chains.get(spec.name)
             if rt is not None:
                 variants["metaschedule"] = lambda rt=rt: rt(*ins)
-        cpu_ms: dict[str, float] = {}
         probe_stats: dict = {}
-        t_timing = time.perf_counter()
-        ms_ = time_interleaved(variants, repeat, budget, cpu_out=cpu_ms, probe=fma_probe, floor_gflops=floor,
-                               stats=probe_stats)
+        timer = InterleavedTimer(variants, repeat, budget, probe=fma_probe, floor_gflops=floor, stats=probe_stats)
+        return {"it": it, "spec": spec, "name": name, "kernel": kernel, "rep": rep, "err": err,
+                "variants": variants, "same_as_ours": same_as_ours, "ms_tune_s": ms_tune_s, "ms_note": ms_note,
+                "probe_stats": probe_stats, "timer": timer, "prepare_s": time.perf_counter() - t_row - timer.seconds}
+
+    # every row set up first, then timed round by round (time_round_robin)
+    prepared = []
+    for i, it in enumerate(items):
+        prepared.append(prepare(it))
+        log(f"  set up {i + 1}/{len(items)}: {it['name']}")
+    time_round_robin([p["timer"] for p in prepared], repeat, log)
+    for p in prepared:
+        it, spec, name, kernel, rep, err = (p[k] for k in ("it", "spec", "name", "kernel", "rep", "err"))
+        variants, same_as_ours, probe_stats = p["variants"], p["same_as_ours"], p["probe_stats"]
+        ms_tune_s, ms_note = p["ms_tune_s"], p["ms_note"]
+        cpu_ms: dict[str, float] = {}
+        ms_ = p["timer"].medians(cpu_ms)
         for v in variants.values():
             if isinstance(v, SelfTimed):  # the child processes drop the row's inputs
                 v.done()
@@ -622,7 +679,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                "model_pick_vs_best_measured": rep.model_pick_vs_best, "probe": probe_stats,
                "tvm_unfused_is_ours": same_as_ours,
                # where the run's time goes: tuning (compiles, or the disk cache) + inputs and the reference, and timing
-               "seconds": {"prepare": t_timing - t_row, "timing": time.perf_counter() - t_timing}}
+               "seconds": {"prepare": p["prepare_s"], "timing": p["timer"].seconds}}
         if ms_tune_s is not None:
             row["metaschedule_tune_s"] = ms_tune_s  # the tuning run this shape was part of
             row["metaschedule_status"] = ms_note
@@ -812,7 +869,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
 REDUCED = {"small": "memory-bound chains 2k-8k (full: up to 8k x 8k), attention batch 4 x 2k / 2 x 4k tokens (full: 12 x "
                     "2k / 8 x 4k), YOLO-1 at 56x56 (full: 112x112), MetaSchedule on 4 shapes (2 reference GEMM "
                     "chains, 1 conv chain, 1 memory-bound chain) x 4 trials per operator with random replay (full: "
-                    "every shape, 16 trials, evolutionary search), 5 repeats (full: 7)"}
+                    "every shape, 16 trials, evolutionary search), 9 rounds of repeats (full: 11)"}
 
 
 def _machine(threads: int) -> dict:

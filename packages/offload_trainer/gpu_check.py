@@ -46,7 +46,11 @@ def _model(dtype, device):
     return m
 
 
-def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int) -> dict[str, Any]:
+def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profile: str | None = None,
+            overlap: bool = True) -> dict[str, Any]:
+    """One method's median iteration time after two warm-up steps; ``profile``: a path where the PyTorch profiler's
+    tables (by GPU time and by CPU time) of two more steps are written; ``overlap`` (LSP): the layer-wise schedule
+    overlapped with the backward (False: every layer's tasks after it, the synchronous reference)."""
     import torch
 
     from .config import ModelConfig
@@ -65,7 +69,7 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int) -> di
     sched = zero = opt = None
     if method == "lsp":
         layers = wrap_model(model, targets, d, r, seed=0, weight_dtype=torch.bfloat16)
-        sched = LayerwiseScheduler(layers, 1e-4, overlap=True)
+        sched = LayerwiseScheduler(layers, 1e-4, overlap=overlap)
     else:
         ws = [m.weight for _, m in find_target_linears(model, targets)]
         for w in ws:
@@ -101,6 +105,20 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int) -> di
         step()
         torch.cuda.synchronize()  # LSP: updates still in flight land in the next forward, as in training
         ts.append(time.perf_counter() - t0)
+    if profile:
+        from torch.profiler import ProfilerActivity
+        from torch.profiler import profile as torch_profile
+
+        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(2):
+                step()
+            torch.cuda.synchronize()
+        ka = prof.key_averages()
+        with open(profile, "w") as f:
+            f.write(f"{method}: two steps\n\nby GPU time\n")
+            f.write(ka.table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=70))
+            f.write("\n\nby CPU time\n")
+            f.write(ka.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70))
     if sched is not None:
         sched.close()
     if zero is not None:
@@ -112,6 +130,15 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int) -> di
     return out
 
 
+def _write(path: str, res: dict[str, Any]) -> None:
+    """``res`` as JSON at ``path``, atomically (a temporary file renamed over it)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(res, f, indent=2)
+    os.replace(tmp, path)
+
+
 def main(argv=None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--batch", type=int, default=4)
@@ -120,6 +147,10 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--d", type=int, default=512)
     ap.add_argument("--r", type=int, default=4)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "results"), "gpu_check.json"))
+    ap.add_argument("--methods", default="native,lsp,zero_offload,zero_offload_delayed",
+                    help="comma-separated; lsp_sync: LSP with the synchronous (not overlapped) schedule")
+    ap.add_argument("--profile", action="store_true",
+                    help="also write each method's PyTorch profiler tables next to --out (<method>_profile.txt)")
     a = ap.parse_args(argv)
     import torch
 
@@ -128,13 +159,25 @@ def main(argv=None) -> dict[str, Any]:
         raise SystemExit(2)
     res: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "batch": a.batch, "seq": a.seq, "d": a.d,
                            "r": a.r, "cpu_threads": torch.get_num_threads()}
-    for m in ("native", "lsp", "zero_offload", "zero_offload_delayed"):
+    for m in a.methods.split(","):
         t0 = time.perf_counter()
-        res[m] = measure(m, a.batch, a.seq, a.iters, a.d, a.r)
-        print(f"{m:22s} {res[m]['iteration_s']:.3f}s/iter  peak {res[m]['peak_gpu_gb']:.1f} GB "
-              f"({time.perf_counter() - t0:.0f}s)", flush=True)
-    res["measured"] = {"lsp_vs_zero": res["lsp"]["iteration_s"] / res["zero_offload"]["iteration_s"],
-                       "lsp_vs_native": res["lsp"]["iteration_s"] / res["native"]["iteration_s"]}
+        prof = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"{m}_profile.txt") if a.profile else None
+        try:
+            res[m] = measure("lsp" if m == "lsp_sync" else m, a.batch, a.seq, a.iters, a.d, a.r, prof,
+                             overlap=m != "lsp_sync")
+        except Exception as e:  # noqa: BLE001 - one method failing must not lose the others' measurements
+            import traceback
+
+            res[m] = {"error": repr(e), "traceback": traceback.format_exc()}
+            print(f"{m:22s} failed: {e!r}", flush=True)
+            torch.cuda.empty_cache()
+        else:
+            print(f"{m:22s} {res[m]['iteration_s']:.3f}s/iter  peak {res[m]['peak_gpu_gb']:.1f} GB "
+                  f"({time.perf_counter() - t0:.0f}s)", flush=True)
+        _write(a.out, res)  # after every method: a run cut short keeps what it measured
+    ok = {m: res[m]["iteration_s"] for m in ("native", "lsp", "zero_offload") if "iteration_s" in res.get(m, {})}
+    res["measured"] = {k: ok[x] / ok[y] for k, x, y in (("lsp_vs_zero", "lsp", "zero_offload"),
+                                                        ("lsp_vs_native", "lsp", "native")) if x in ok and y in ok}
     try:
         from .planner import ModelSpec, PlanParams, plan_time
 
@@ -142,11 +185,7 @@ def main(argv=None) -> dict[str, Any]:
         res["modeled"] = plan_time(spec, a.batch, a.seq, H200_SYSTEM, PlanParams(d=a.d, r=a.r))
     except Exception as e:  # the measurement matters more than the model
         res["modeled_error"] = repr(e)
-    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-    tmp = a.out + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=2)
-    os.replace(tmp, a.out)
+    _write(a.out, res)
     print(json.dumps({k: res[k] for k in ("measured", "modeled") if k in res}, indent=2))
     return res
 

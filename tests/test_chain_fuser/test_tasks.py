@@ -207,6 +207,50 @@ def test_slots_in_a_slow_state_are_timed_again():
     assert set(ms) == {"a"} and stats["slots"] == 3 and stats["retried_slots"] == 3 <= 3 * PROBE_RETRIES
 
 
+def test_round_robin_timing_keeps_a_contended_stretch_out_of_every_rows_median(monkeypatch):
+    from chain_fuser import bench
+
+    monkeypatch.setattr(bench, "WARM_S", 0.0)
+    monkeypatch.setattr(bench, "POOL_SETTLE_S", 0.0)
+
+    def machine(slow_slots: range):
+        """Variants that sleep 1 ms a call, 3 ms during a stretch of timed slots (counted across all rows)."""
+        state = {"slot": -1, "timing": False}
+
+        def call():
+            slow = state["timing"] and state["slot"] in slow_slots
+            time.sleep(0.003 if slow else 0.001)
+
+        class Slot:  # a probe that only counts the timed slots (each is preceded by wait_fast)
+            exhausted, last = False, 1.0
+
+            def wait_fast(self, floor):
+                state["slot"] += 1
+                state["timing"] = True
+                return True
+
+            def fast(self, floor):
+                return True
+
+        return call, Slot()
+
+    rows, rounds = 4, 5
+    # row after row: the stretch covers all of row 1's slots
+    call, probe = machine(range(rounds, 2 * rounds))
+    timers = [bench.InterleavedTimer({"ours": call}, rounds, 1e-9, probe=probe) for _ in range(rows)]
+    for t in timers:
+        for _ in range(rounds):
+            t.round()
+    assert [t.medians()["ours"] > 2 for t in timers] == [False, True, False, False]
+    # round robin: the same stretch (as many slots) covers about one round of each row, and no row's median
+    call, probe = machine(range(rounds, 2 * rounds))
+    timers = [bench.InterleavedTimer({"ours": call}, rounds, 1e-9, probe=probe) for _ in range(rows)]
+    lines: list = []
+    bench.time_round_robin(timers, rounds, log=lines.append)
+    assert all(t.rounds == rounds and len(t.runs["ours"]) == rounds for t in timers)
+    assert all(t.medians()["ours"] < 2 for t in timers) and len(lines) == rounds
+
+
 def test_every_slot_is_warmed_up_for_a_while_before_it_is_timed(monkeypatch):
     from chain_fuser import bench
 
