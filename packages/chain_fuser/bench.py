@@ -675,7 +675,8 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         flops = spec.flops
         row = {"name": name, "suite": it["suite"], "kind": spec.kind, "key": spec.key,
                "shape": _shape_dict(spec), "gflop": flops / 1e9, "max_rel_error": err,
-               "ms": ms_, "plan": kernel.plan.to_dict(), "tune": rep.to_dict(),
+               "ms": ms_, "ms_by_round": p["timer"].runs,  # each round's ms per call, in the order timed
+               "plan": kernel.plan.to_dict(), "tune": rep.to_dict(),
                "model_pick_vs_best_measured": rep.model_pick_vs_best, "probe": probe_stats,
                "tvm_unfused_is_ours": same_as_ours,
                # where the run's time goes: tuning (compiles, or the disk cache) + inputs and the reference, and timing

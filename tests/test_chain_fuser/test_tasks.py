@@ -59,6 +59,8 @@ def test_bench_smoke(tmp_path):
                 "geomean_fused_vs_unfused_same_microkernel", "model_pick_vs_best_measured", "server_predictions"):
         assert key in data
     assert res["shapes"][0]["ms"]["ours"] > 0
+    # every row timed in the run's rounds (round robin over the rows), each round's time kept
+    assert all(len(r["ms_by_round"]["ours"]) == data["repeat"] for r in data["shapes"])
     # CPU-time figures next to the wall-clock ones, and the load the run saw
     assert res["shapes"][0]["cpu_ms"]["ours"] > 0 and "openblas" in res["shapes"][0]["speedup_cpu"]
     assert len(data["load_avg_start"]) == 3 and data["reference_peak_fraction_cpu"] > 0
