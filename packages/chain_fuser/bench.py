@@ -21,6 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .spec import ConvChain, GemmChain
@@ -525,6 +526,23 @@ class SelfTimed:
 
 
 # --- the run --------------------------------------------------------------------------------------------------------
+@dataclass
+class _PreparedRow:
+    """A benchmark row set up and calibrated, waiting for its rounds (``run``)."""
+
+    it: dict  # the row of :func:`shapes`
+    kernel: Any  # the pick (a FusedKernel)
+    rep: Any  # its TuneReport
+    err: float  # max relative error against the reference
+    variants: dict[str, Callable[[], Any]]
+    same_as_ours: bool  # the unfused kernel is the pick itself
+    ms_tune_s: float | None  # the MetaSchedule tuning run this row was part of
+    ms_note: str | None
+    probe_stats: dict
+    timer: InterleavedTimer
+    prepare_s: float
+
+
 def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
         only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
         ms_config: dict | None = None, pin: bool = True, probe: bool = True, torch_process: bool = True,
@@ -609,7 +627,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         pinning = pin_threads_for_benchmark()
         log(f"thread placement: {pinning or 'unchanged (no pinned TVM worker)'}")
 
-    def prepare(it) -> dict:
+    def prepare(it) -> _PreparedRow:
         """A row ready to be timed: its kernel tuned (or from the disk cache), checked against the reference, and
         its variants set up (the baselines' in their child processes)."""
         spec = it["spec"]
@@ -649,22 +667,21 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
                 variants["metaschedule"] = lambda rt=rt: rt(*ins)
         probe_stats: dict = {}
         timer = InterleavedTimer(variants, repeat, budget, probe=fma_probe, floor_gflops=floor, stats=probe_stats)
-        return {"it": it, "spec": spec, "name": name, "kernel": kernel, "rep": rep, "err": err,
-                "variants": variants, "same_as_ours": same_as_ours, "ms_tune_s": ms_tune_s, "ms_note": ms_note,
-                "probe_stats": probe_stats, "timer": timer, "prepare_s": time.perf_counter() - t_row - timer.seconds}
+        return _PreparedRow(it, kernel, rep, err, variants, same_as_ours, ms_tune_s, ms_note, probe_stats, timer,
+                            time.perf_counter() - t_row - timer.seconds)
 
     # every row set up first, then timed round by round (time_round_robin)
     prepared = []
     for i, it in enumerate(items):
         prepared.append(prepare(it))
         log(f"  set up {i + 1}/{len(items)}: {it['name']}")
-    time_round_robin([p["timer"] for p in prepared], repeat, log)
+    time_round_robin([p.timer for p in prepared], repeat, log)
     for p in prepared:
-        it, spec, name, kernel, rep, err = (p[k] for k in ("it", "spec", "name", "kernel", "rep", "err"))
-        variants, same_as_ours, probe_stats = p["variants"], p["same_as_ours"], p["probe_stats"]
-        ms_tune_s, ms_note = p["ms_tune_s"], p["ms_note"]
+        it, kernel, rep, err, variants, same_as_ours, ms_tune_s, ms_note, probe_stats = (
+            p.it, p.kernel, p.rep, p.err, p.variants, p.same_as_ours, p.ms_tune_s, p.ms_note, p.probe_stats)
+        spec, name = it["spec"], it["name"]
         cpu_ms: dict[str, float] = {}
-        ms_ = p["timer"].medians(cpu_ms)
+        ms_ = p.timer.medians(cpu_ms)
         for v in variants.values():
             if isinstance(v, SelfTimed):  # the child processes drop the row's inputs
                 v.done()
@@ -675,12 +692,12 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         flops = spec.flops
         row = {"name": name, "suite": it["suite"], "kind": spec.kind, "key": spec.key,
                "shape": _shape_dict(spec), "gflop": flops / 1e9, "max_rel_error": err,
-               "ms": ms_, "ms_by_round": p["timer"].runs,  # each round's ms per call, in the order timed
+               "ms": ms_, "ms_by_round": p.timer.runs,  # each round's ms per call, in the order timed
                "plan": kernel.plan.to_dict(), "tune": rep.to_dict(),
                "model_pick_vs_best_measured": rep.model_pick_vs_best, "probe": probe_stats,
                "tvm_unfused_is_ours": same_as_ours,
                # where the run's time goes: tuning (compiles, or the disk cache) + inputs and the reference, and timing
-               "seconds": {"prepare": p["prepare_s"], "timing": p["timer"].seconds}}
+               "seconds": {"prepare": p.prepare_s, "timing": p.timer.seconds}}
         if ms_tune_s is not None:
             row["metaschedule_tune_s"] = ms_tune_s  # the tuning run this shape was part of
             row["metaschedule_status"] = ms_note
