@@ -538,8 +538,7 @@ class _PreparedRow:
     same_as_ours: bool  # the unfused kernel is the pick itself
     ms_tune_s: float | None  # the MetaSchedule tuning run this row was part of
     ms_note: str | None
-    probe_stats: dict
-    timer: InterleavedTimer
+    timer: InterleavedTimer  # its ``stats``: the row's probe counts
     prepare_s: float
 
 
@@ -665,9 +664,8 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             rt = ms_chains.get(spec.name)
             if rt is not None:
                 variants["metaschedule"] = lambda rt=rt: rt(*ins)
-        probe_stats: dict = {}
-        timer = InterleavedTimer(variants, repeat, budget, probe=fma_probe, floor_gflops=floor, stats=probe_stats)
-        return _PreparedRow(it, kernel, rep, err, variants, same_as_ours, ms_tune_s, ms_note, probe_stats, timer,
+        timer = InterleavedTimer(variants, repeat, budget, probe=fma_probe, floor_gflops=floor, stats={})
+        return _PreparedRow(it, kernel, rep, err, variants, same_as_ours, ms_tune_s, ms_note, timer,
                             time.perf_counter() - t_row - timer.seconds)
 
     # every row set up first, then timed round by round (time_round_robin)
@@ -678,7 +676,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     time_round_robin([p.timer for p in prepared], repeat, log)
     for p in prepared:
         it, kernel, rep, err, variants, same_as_ours, ms_tune_s, ms_note, probe_stats = (
-            p.it, p.kernel, p.rep, p.err, p.variants, p.same_as_ours, p.ms_tune_s, p.ms_note, p.probe_stats)
+            p.it, p.kernel, p.rep, p.err, p.variants, p.same_as_ours, p.ms_tune_s, p.ms_note, p.timer.stats)
         spec, name = it["spec"], it["name"]
         cpu_ms: dict[str, float] = {}
         ms_ = p.timer.medians(cpu_ms)

@@ -67,7 +67,8 @@ MID_LEVEL_USABLE = 15 / 16
 """The share of a private cache level other than the innermost (here the L2) that a plan's tiles may fill. Why: the
 rest holds what no tile accounts for (stack, code, the inner level's other lines, what the prefetchers bring in past
 a tile's end). Measured (Attention-4k, its L2 plan with only the m tile changed, 2 threads, interleaved):
-m = 1024, a working set of exactly the 1 MiB L2, 30.9 ms; 960 (94 %) 28.9; 896 28.4; 824 28.7; 768 28.3; 512 28.3. The model had ranked 1024 first (predicted within 0.2 % of 824), 6-10 % slower in every run."""
+m = 1024, a working set of exactly the 1 MiB L2, 30.9 ms; 960 (94 %) 28.9; 896 28.4; 824 28.7; 768 28.3; 512 28.3.
+The model had ranked 1024 first (predicted within 0.2 % of 824), 6-10 % slower in every run."""
 
 
 def model_levels(device) -> list[Level]:
