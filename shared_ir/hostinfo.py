@@ -234,5 +234,14 @@ def detect_host_device(measure: bool = False) -> dict[str, Any]:
     return copy.deepcopy(_detect(measure))
 
 
-__all__ = ["detect_host_device", "caches", "cpu_flags", "vector_width_bits", "frequency_hz", "num_cores",
+def machine_record() -> dict[str, Any]:
+    """What every benchmark records about the machine it ran on (CPU model, ISA, vector width, cores, clock)."""
+    import platform
+
+    return {"cpu_model": cpu_model(), "arch": platform.machine(), "vector_width_bits": vector_width_bits(),
+            "cores": num_cores(), "frequency_hz": frequency_hz(), "memory_bytes": memory_bytes(),
+            "python": platform.python_version()}
+
+
+__all__ = ["detect_host_device", "machine_record", "caches", "cpu_flags", "vector_width_bits", "frequency_hz", "num_cores",
            "memory_bytes", "estimated_peak_flops", "measure_matmul_flops", "cpu_model"]
