@@ -2,19 +2,16 @@
 
 Why a small C kernel: chained in-place torch ops make five passes over memory and torch's fused CPU Adam one; a
 single vectorised pass that writes only what LSP needs (Δ, not a parameter) is what makes the host side cheap. The
-kernel is plain C (no torch headers, so it compiles in well under a second with the system ``cc``), is cached by
-source hash under ``$OFFLOAD_TRAINER_CACHE`` (default ``~/.cache/offload_trainer``) and is called through ctypes
+kernel is plain C (``cpu_adam.c`` next to this module; no torch headers, so it compiles in well under a second
+with ``$CC``), is built for this CPU and cached by :func:`shared_ir.cbuild.build_shared` under
+``$OFFLOAD_TRAINER_CACHE`` (default ``~/.cache/offload_trainer``) and is called through ctypes
 (which releases the GIL); it splits the array over its own OpenMP team and, with AVX-512, writes Δ with streaming
 stores. Without a C compiler the same update runs as in-place torch ops (correct, slower).
 """
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import platform
-import subprocess
-import tempfile
 import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
@@ -24,67 +21,15 @@ from typing import TYPE_CHECKING, Optional
 if TYPE_CHECKING:  # pragma: no cover
     import torch
 
-_SRC = r"""
-#include <math.h>
-#include <stdint.h>
-#if defined(__AVX512F__)
-#include <immintrin.h>
-#endif
-/* LSP: moments update and the Adam direction out = m̂ / (sqrt(v̂) + eps); no parameter is touched.
-   One OpenMP team over the whole array (a pool of Python threads calling chunks measured ~2x slower). */
-void lsp_adam_delta(float* restrict m, float* restrict v, const float* restrict g, float* restrict out, long n,
-                    float b1, float b2, float eps, float inv_bc1, float inv_sqrt_bc2, int nthreads) {
-    const float a1 = 1.0f - b1, a2 = 1.0f - b2;
-#if defined(__AVX512F__)
-    if (((uintptr_t)out & 63) == 0 && (n & 15) == 0) {
-        /* out is write-only: streaming stores skip the read-for-ownership, 24 instead of 28 bytes per element */
-        const __m512 B1 = _mm512_set1_ps(b1), B2 = _mm512_set1_ps(b2), A1 = _mm512_set1_ps(a1),
-                     A2 = _mm512_set1_ps(a2), C1 = _mm512_set1_ps(inv_bc1), C2 = _mm512_set1_ps(inv_sqrt_bc2),
-                     E = _mm512_set1_ps(eps);
-        #pragma omp parallel for num_threads(nthreads) schedule(static)
-        for (long j = 0; j < n / 16; ++j) {
-            const long i = 16 * j;
-            __m512 gi = _mm512_loadu_ps(g + i);
-            __m512 mi = _mm512_fmadd_ps(B1, _mm512_loadu_ps(m + i), _mm512_mul_ps(A1, gi));
-            __m512 vi = _mm512_fmadd_ps(B2, _mm512_loadu_ps(v + i), _mm512_mul_ps(A2, _mm512_mul_ps(gi, gi)));
-            _mm512_storeu_ps(m + i, mi);
-            _mm512_storeu_ps(v + i, vi);
-            __m512 den = _mm512_fmadd_ps(_mm512_sqrt_ps(vi), C2, E);
-            _mm512_stream_ps(out + i, _mm512_div_ps(_mm512_mul_ps(mi, C1), den));
-        }
-        _mm_sfence();
-        return;
-    }
-#endif
-    #pragma omp parallel for simd num_threads(nthreads) schedule(static)
-    for (long i = 0; i < n; ++i) {
-        float gi = g[i];
-        float mi = b1 * m[i] + a1 * gi;
-        float vi = b2 * v[i] + a2 * gi * gi;
-        m[i] = mi; v[i] = vi;
-        out[i] = (mi * inv_bc1) / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-    }
-}
-/* ZeRO-Offload baseline: full Adam on fp32 master parameters p -= lr * m̂ / (sqrt(v̂) + eps). */
-void lsp_adam_param(float* restrict p, float* restrict m, float* restrict v, const float* restrict g, long n,
-                    float lr, float b1, float b2, float eps, float inv_bc1, float inv_sqrt_bc2, int nthreads) {
-    const float a1 = 1.0f - b1, a2 = 1.0f - b2;
-    #pragma omp parallel for simd num_threads(nthreads) schedule(static)
-    for (long i = 0; i < n; ++i) {
-        float gi = g[i];
-        float mi = b1 * m[i] + a1 * gi;
-        float vi = b2 * v[i] + a2 * gi * gi;
-        m[i] = mi; v[i] = vi;
-        p[i] -= lr * (mi * inv_bc1) / (sqrtf(vi) * inv_sqrt_bc2 + eps);
-    }
-}
-"""
-# -fopenmp first; a compiler without OpenMP still gets a vectorised single-threaded kernel
-_FLAG_SETS = (["-O3", "-march=native", "-fno-math-errno", "-fopenmp", "-shared", "-fPIC"],
-              ["-O3", "-march=native", "-fno-math-errno", "-fopenmp-simd", "-shared", "-fPIC"])
+_SRC = Path(__file__).with_name("cpu_adam.c")
+# -fopenmp first; a compiler without OpenMP still gets a vectorised single-threaded kernel. -march=native (capped
+# by $CHAIN_FUSER_ISA: avx2 drops the AVX-512 streaming-store path) is added by shared_ir.cbuild, which keys the
+# cache on the target CPU
+_FLAG_SETS = (["-O3", "-fno-math-errno", "-fopenmp"], ["-O3", "-fno-math-errno", "-fopenmp-simd"])
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
 _lib_error: Optional[str] = None
+_so: Optional[Path] = None
 
 
 def _cache_dir() -> Path:
@@ -93,43 +38,37 @@ def _cache_dir() -> Path:
 
 def load_kernel() -> Optional[ctypes.CDLL]:
     """The compiled kernel library, or None (with a warning once) when no C compiler works."""
-    global _lib, _lib_error
+    global _lib, _lib_error, _so
     with _lock:
         if _lib is not None or _lib_error is not None:
             return _lib
-        cc = os.environ.get("CC", "cc")
-        key = hashlib.sha256((_SRC + repr(_FLAG_SETS) + platform.machine() + platform.node()).encode()).hexdigest()[:16]
-        so = _cache_dir() / f"cpu_adam_{key}.so"
+        from shared_ir.cbuild import CompileError, build_shared
+
         try:
-            if not so.is_file():
-                so.parent.mkdir(parents=True, exist_ok=True)
-                with tempfile.TemporaryDirectory() as td:
-                    src = Path(td) / "k.c"
-                    src.write_text(_SRC)
-                    tmp = Path(td) / "k.so"
-                    for i, flags in enumerate(_FLAG_SETS):
-                        try:
-                            subprocess.run([cc, *flags, str(src), "-o", str(tmp), "-lm"], check=True,
-                                           capture_output=True, timeout=120)
-                            break
-                        except subprocess.CalledProcessError:
-                            if i == len(_FLAG_SETS) - 1:
-                                raise
-                    # atomic publish: concurrent builders never load a half-written library
-                    part = so.with_suffix(f".so.{os.getpid()}")
-                    part.write_bytes(tmp.read_bytes())
-                    os.replace(part, so)
+            so = build_shared(_SRC, _cache_dir(), flag_sets=_FLAG_SETS, native=True, link=["-lm"])
             lib = ctypes.CDLL(str(so))
             fp, L, F, I = ctypes.c_void_p, ctypes.c_long, ctypes.c_float, ctypes.c_int
             lib.lsp_adam_delta.argtypes = [fp, fp, fp, fp, L, F, F, F, F, F, I]
             lib.lsp_adam_delta.restype = None
             lib.lsp_adam_param.argtypes = [fp, fp, fp, fp, L, F, F, F, F, F, F, I]
             lib.lsp_adam_param.restype = None
-            _lib = lib
-        except (OSError, subprocess.SubprocessError) as e:
+            _lib, _so = lib, so
+        except (OSError, CompileError) as e:
             _lib_error = str(e)
             warnings.warn(f"offload_trainer.cpu_adam: C kernel unavailable ({e}); using torch ops", RuntimeWarning)
         return _lib
+
+
+def kernel_info() -> dict:
+    """How the loaded kernel was built (flags, ISA cap included), for benchmark records; {} without one."""
+    from shared_ir.cbuild import build_info
+
+    if load_kernel() is None or _so is None:
+        return {}
+    try:
+        return {"flags": build_info(_so)["flags"], "library": _so.name}
+    except (OSError, ValueError, KeyError):
+        return {"library": _so.name}
 
 
 class CPUAdam:

@@ -134,6 +134,28 @@ def test_cpu_adam_matches_reference(kernel, n):
     adam.close()
 
 
+def test_cpu_adam_kernel_built_for_the_avx2_cap_matches_the_reference(tmp_path):
+    """CHAIN_FUSER_ISA=avx2 builds the kernel without AVX-512 (its own cache entry) and it computes the same Δ."""
+    import os
+    import subprocess
+    import sys
+
+    from shared_ir import hostinfo
+
+    if hostinfo.detected_isa() not in ("avx2", "avx512"):
+        pytest.skip("needs an x86 CPU with AVX2")
+    code = ("import torch; from offload_trainer.cpu_adam import CPUAdam, kernel_info; n = 4096; "
+            "torch.manual_seed(0); g = torch.randn(n); m, v, out = torch.zeros(n), torch.zeros(n), torch.empty(n); "
+            "a = CPUAdam((0.9, 0.99), 1e-8, threads=1); a.delta(g, m, v, out, 1); "
+            "ref = (0.1 * g / 0.1) / ((0.01 * g * g / 0.01).sqrt() + 1e-8); "
+            "print(a.lib is not None, torch.allclose(out, ref, rtol=1e-4, atol=1e-5), ' '.join(kernel_info()['flags']))")
+    env = dict(os.environ, CHAIN_FUSER_ISA="avx2", OFFLOAD_TRAINER_CACHE=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    kernel, same, flags = r.stdout.strip().split(" ", 2)
+    assert kernel == "True" and same == "True"
+    assert ("-mno-avx512f" in flags.split()) == (hostinfo.detected_isa() == "avx512")
+
+
 def _tiny_llama(ckpt: bool = False, device: str = "cpu"):
     from offload_trainer.config import ModelConfig
     from offload_trainer.lsp_linear import wrap_model
