@@ -11,6 +11,7 @@ import dataclasses
 from typing import Callable
 
 from .comb import SearchResult, comb_search
+from .config import ALGORITHM_NAMES
 
 
 def _comb(w, soc, cost, rc) -> SearchResult:
@@ -64,3 +65,5 @@ ALGORITHMS: dict[str, Callable] = {
     "h2h_wave_greedy": _simple("h2h_wave_greedy"), "fcfs": _simple("fcfs"), "heft": _simple("heft"),
     "round_robin": _simple("round_robin"), "greedy": _simple("greedy"), "exact": _exact,
 }
+if tuple(ALGORITHMS) != ALGORITHM_NAMES:  # pragma: no cover - caught by the first import in any test
+    raise ImportError(f"soc_mapper.config.ALGORITHM_NAMES {ALGORITHM_NAMES} != the registry {tuple(ALGORITHMS)}")

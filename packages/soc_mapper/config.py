@@ -6,6 +6,10 @@ from dataclasses import dataclass, field
 from .errors import MapperError
 
 EXECUTORS = ("serial", "process", "ray")
+ALGORITHM_NAMES = ("comb", "comb_barriers", "magma", "h2h", "magma_1stream_comb_ga", "h2h_wave_greedy", "fcfs",
+                   "heft", "round_robin", "greedy", "exact")
+"""The names of :data:`soc_mapper.algorithms.ALGORITHMS`, here so that validating a config does not import the
+algorithms (which import this module); ``algorithms`` checks at import that its registry has exactly these."""
 
 
 def _check(cond: bool, path: str, msg: str, value: object) -> None:
@@ -160,8 +164,6 @@ class RunConfig:
     h2h: H2HConfig = field(default_factory=H2HConfig)
 
     def __post_init__(self):
-        from .algorithms import ALGORITHMS
-
         if isinstance(self.ga, dict):
             self.ga = GAConfig(**self.ga)
         if isinstance(self.magma, dict):
@@ -169,7 +171,8 @@ class RunConfig:
         if isinstance(self.h2h, dict):
             self.h2h = H2HConfig(**self.h2h)
         for i, a in enumerate(self.algorithms):
-            _check(a in ALGORITHMS, f"run.algorithms[{i}]", f"unknown algorithm; known: {sorted(ALGORITHMS)}", a)
+            _check(a in ALGORITHM_NAMES, f"run.algorithms[{i}]", f"unknown algorithm; known: {sorted(ALGORITHM_NAMES)}",
+                   a)
         _check(self.time_budget_s > 0, "run.time_budget_s", "must be > 0", self.time_budget_s)
         _check(self.bandwidth is None or self.bandwidth > 0, "run.bandwidth", "must be > 0 or null", self.bandwidth)
         _check(self.copies is None or self.copies >= 1, "run.copies", "must be >= 1 or null", self.copies)
