@@ -35,12 +35,16 @@ def test_run_workloads_writes_tables_and_plots(tmp_path):
     assert "tree" in out["speedup_vs_best_baseline"]
 
 
-def test_bench_main_writes_json(tmp_path):
+def test_bench_main_writes_json(tmp_path, capsys):
     from dynamic_batcher.bench import main
+    from shared_ir.hostinfo import isa
 
     path = tmp_path / "bench.json"
     doc = main(["--scale", "tiny", "--batch", "3", "--hidden", "8", "--workloads", "lstm_lm", "--out", str(path)])
     d = json.loads(path.read_text())
+    first = capsys.readouterr().out.splitlines()[0]  # the machine comes first, in the output and the JSON
+    assert first.startswith("machine: ") and f"ISA {isa()}" in first and f"{d['machine']['cores']} cores" in first
+    assert d["machine"]["isa"] == isa() and d["machine"]["cpu_model"]
     w = d["workloads"][0]
     assert w["family"] == "chain" and w["batches"]["lower_bound"] <= w["batches"]["fsm"]
     for k in ("fsm_pq", "dynet_depth", "dynet_agenda", "dynet_agenda_depth"):
