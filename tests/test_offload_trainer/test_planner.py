@@ -152,3 +152,32 @@ def test_bench_quick_parts():
     assert grad_equivalence() < 1e-5
     r = cpu_adam_speedup(4, 128, 3, 1)
     assert r["speedup"] > 0 and r["elements"] == 4 * 128 * 128
+
+
+def test_bench_main_states_the_machine_first(tmp_path, capsys):
+    pytest.importorskip("torch")
+    from offload_trainer.bench import main
+
+    out = tmp_path / "b.json"
+    main(["--skip-convergence", "--out", str(out), "--threads", "1"])
+    d = json.loads(out.read_text())
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith("machine: ") and f"ISA {d['machine']['isa']}" in first
+    assert d["cpu_adam"]["kernel"] == bool(d["cpu_adam"]["kernel_build"])
+    assert d["targets"]["grad_err_lt_1e-5"]
+
+
+def test_h200_preset_drives_the_gpu_check_model():
+    """gpu_check models its machine from the h200 hardware preset: one GPU with 139 GiB HBM3e at 4.8 TB/s behind
+    PCIe 5 (50 GB/s pinned); LSP beats ZeRO-Offload there as on the other machines."""
+    from offload_trainer.gpu_check import HARDWARE_PRESET
+    from offload_trainer.planner import ModelSpec, plan_time
+    from shared_ir.hardware import load_preset
+
+    s = load_preset(HARDWARE_PRESET)
+    gpu = s.device("gpu")
+    assert s.name == "h200" and gpu.kind == "gpu"
+    assert gpu.memory[0].capacity_bytes == 149250113536 and gpu.dram_bandwidth_bytes_per_s == 4.8e12
+    assert s.links[0].pinned_bandwidth_bytes_per_s == 5.0e10
+    r = plan_time(ModelSpec("llama-1b-check", 2048, 5504, 20, 16, 32000), 4, 512, s, PlanParams(d=512, r=4))
+    assert 0 < r["lsp_vs_zero"] < 1
