@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import time
 
-from shared_ir import atomic_write_text
+from shared_ir.benchkit import add_bench_args, geomean, machine, machine_line, write_json
 
 from .algorithms import ALGORITHMS
 from .config import GAConfig, RunConfig
@@ -51,11 +50,6 @@ SMALL_INSTANCES = [
     ("mixed1", {"yolov5s#0": 5, "lstm_lm#0": 5, "bert_base#0": 4}),
     ("vision1", {"resnet18#0": 6, "resnet50#0": 4, "googlenet#0": 4}),
 ]
-
-
-def geomean(xs: list[float]) -> float:
-    xs = [x for x in xs if x > 0 and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def small_instance(w: Workload, take: dict[str, int]) -> Workload:
@@ -93,34 +87,35 @@ def _load_progress(path: str, key: dict) -> list[dict]:
     return state["cases"]
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--scale", choices=list(SCALES), default="small")
+    add_bench_args(ap, list(SCALES), "results/bench-soc_mapper.json")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--budget", type=float, default=None, help="search seconds per algorithm (overrides the scale)")
     ap.add_argument("--copies", type=int, default=None, help="copies per model (overrides the scale's mixes)")
-    ap.add_argument("--out", default="results/bench-soc_mapper.json")
     ap.add_argument("--no-exact", action="store_true", help="skip the exact small instances")
     ap.add_argument("--no-mixed3", action="store_true", help="skip the timed mixed3 search")
     ap.add_argument("--mixes", default=None, help="comma-separated mixes (overrides the scale's)")
     ap.add_argument("--resume", action="store_true",
                     help="continue from <out>.partial.json (cases finished by an interrupted run)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def _scale(args) -> dict:
+    """The scale's settings with the command line's overrides."""
     sc = dict(SCALES[args.scale])
     if args.copies is not None:
         sc["copies"] = args.copies
     if args.mixes:
         sc["mixes"] = [m.strip() for m in args.mixes.split(",") if m.strip()]
         sc["reduced"] = f"mixes chosen on the command line: {sc['mixes']}"
-    budget = args.budget or sc["budget"]
-    # serial fitness evaluation for every algorithm: the same compute for all (MAGMA's GA is serial too)
-    rc = RunConfig(time_budget_s=budget, seed=args.seed, ga=GAConfig(executor="serial"))
-    t_all = time.perf_counter()
-    progress = args.out + ".partial.json"
-    key = {"scale": args.scale, "seed": args.seed, "budget": budget, "copies": sc["copies"]}
-    done = _load_progress(progress, key) if args.resume else []
+    sc["budget"] = args.budget or sc["budget"]
+    return sc
+
+
+def run_cases(sc: dict, rc: RunConfig, progress: str, key: dict, done: list[dict]) -> list[dict]:
+    """Every mix × SoC × bandwidth case (those in ``done`` reused), each saved to ``progress`` when finished."""
     cases = []
-    print(f"soc_mapper bench, scale={args.scale}, budget={budget:g} s per searching algorithm, seed={args.seed}")
     hdr = f"{'mix':8} {'soc':9} {'bw':>4} {'layers':>6} " + " ".join(f"{a[:12]:>12}" for a in SEARCHING + CONSTRUCTIVE)
     print(hdr)
     for mix in sc["mixes"]:
@@ -140,89 +135,93 @@ def main(argv: list[str] | None = None) -> dict:
                 cases.append({"mix": mix, "copies": copies, "soc": soc_name, "bandwidth": bw_name,
                               "bandwidth_bytes_per_s": bw, "layers": len(w), "algorithms": res,
                               "case_wall_s": round(time.perf_counter() - tc, 1)})
-                atomic_write_text(progress, json.dumps({"key": key, "cases": cases}, default=float))
+                write_json(progress, {"key": key, "cases": cases}, indent=None)
                 print(f"{mix:8} {soc_name:9} {bw_name:>4} {len(w):6d} " + " ".join(
                     f"{res[a]['latency_s'] * 1e3:10.3f}ms" for a in SEARCHING + CONSTRUCTIVE), flush=True)
+    return cases
 
+
+def summarize(cases: list[dict]) -> dict:
+    """Geomean latency ratios (baseline / COMB), energy reductions and PE occupancy ratios over the cases."""
     def ratio(base: str, key: str) -> list[float]:
         return [c["algorithms"][base][key] / c["algorithms"]["comb"][key] for c in cases]
 
-    out: dict = {
-        "scale": args.scale, "seed": args.seed, "time_budget_s": budget,
-        "time_budget_note": f"the same wall-clock search budget of {budget:g} s for each of comb, magma, h2h and "
-                            "magma_1stream_comb_ga (each stops at the generation/pass boundary where the next one "
-                            "would pass it); fitness evaluated serially; constructive heuristics run to completion",
-        "reduced_vs_reference": sc["reduced"],
-        "comb_config": {"energy_tie": GAConfig().energy_tie, "max_window": GAConfig().max_window,
-                        "population": GAConfig().population, "generations": GAConfig().generations},
-        "cost_model": "soc_mapper.cost (MAESTRO-style analytical, int8)", "simulator": "soc_mapper.simulator",
-        "cases": cases,
+    def reduction(base: str) -> float:
+        return 1 - geomean([1 / x for x in ratio(base, "energy_j")])
+
+    def occupancy(base: str) -> float:
+        return geomean([c["algorithms"]["comb"]["pe_occupancy"] / c["algorithms"][base]["pe_occupancy"]
+                        for c in cases])
+
+    return {
         "geomean_latency_vs_magma": geomean(ratio("magma", "latency_s")),
         "geomean_latency_vs_h2h": geomean(ratio("h2h", "latency_s")),
-        "energy_reduction_vs_magma": 1 - geomean([1 / x for x in ratio("magma", "energy_j")]),
-        "energy_reduction_vs_h2h": 1 - geomean([1 / x for x in ratio("h2h", "energy_j")]),
+        "energy_reduction_vs_magma": reduction("magma"),
+        "energy_reduction_vs_h2h": reduction("h2h"),
         "geomean_latency_vs_magma_1stream_comb_ga": geomean(ratio("magma_1stream_comb_ga", "latency_s")),
         "geomean_latency_vs_h2h_wave_greedy": geomean(ratio("h2h_wave_greedy", "latency_s")),
-        "energy_reduction_vs_magma_1stream_comb_ga": 1 - geomean([1 / x for x in ratio("magma_1stream_comb_ga",
-                                                                                        "energy_j")]),
-        "energy_reduction_vs_h2h_wave_greedy": 1 - geomean([1 / x for x in ratio("h2h_wave_greedy", "energy_j")]),
+        "energy_reduction_vs_magma_1stream_comb_ga": reduction("magma_1stream_comb_ga"),
+        "energy_reduction_vs_h2h_wave_greedy": reduction("h2h_wave_greedy"),
         "geomean_latency_vs_heft": geomean(ratio("heft", "latency_s")),
-        "geomean_pe_occupancy_vs_magma": geomean([c["algorithms"]["comb"]["pe_occupancy"] /
-                                                  c["algorithms"]["magma"]["pe_occupancy"] for c in cases]),
-        "geomean_pe_occupancy_vs_h2h": geomean([c["algorithms"]["comb"]["pe_occupancy"] /
-                                                c["algorithms"]["h2h"]["pe_occupancy"] for c in cases]),
+        "geomean_pe_occupancy_vs_magma": occupancy("magma"),
+        "geomean_pe_occupancy_vs_h2h": occupancy("h2h"),
     }
-    # where the energy goes, summed over the cases (phase model: the highest-power task of each phase is charged)
-    out["energy_breakdown_total"] = {
-        a: {k: sum(c["algorithms"][a]["energy_breakdown"][k] for c in cases)
-            for k in ("static_j", "mac_j", "buffer_j", "active_s", "idle_s", "mesh_bytes", "mesh_transfer_s")}
-        for a in ("comb", "h2h", "magma")}
-    for a, d in out["energy_breakdown_total"].items():
+
+
+def energy_totals(cases: list[dict]) -> dict:
+    """Where the energy goes, summed over the cases (phase model: the highest-power task of each phase is
+    charged), for comb, h2h and magma; each printed."""
+    tot = {a: {k: sum(c["algorithms"][a]["energy_breakdown"][k] for c in cases)
+               for k in ("static_j", "mac_j", "buffer_j", "active_s", "idle_s", "mesh_bytes", "mesh_transfer_s")}
+           for a in ("comb", "h2h", "magma")}
+    for a, d in tot.items():
         print(f"energy of {a:5} over all cases: static {d['static_j'] * 1e3:.2f} mJ, MAC {d['mac_j'] * 1e3:.2f} mJ, "
               f"buffer {d['buffer_j'] * 1e3:.2f} mJ; active {d['active_s'] * 1e3:.2f} ms, idle {d['idle_s'] * 1e3:.2f}"
               f" ms; {d['mesh_bytes'] / 1e6:.1f} MB over the mesh")
-    if not args.no_exact:
-        from .exact import solve_exact
+    return tot
 
-        small = []
-        rc_small = RunConfig(time_budget_s=5.0, seed=args.seed, ga=GAConfig(executor="serial"))
-        for mix, take in SMALL_INSTANCES:
-            w = small_instance(load_mix(mix, copies=1), take)
-            soc = soc_from_system("soc_small")
-            cost = cost_table(w, soc)
-            ex = solve_exact(w, soc, cost, time_limit_s=60.0)
-            opt = min(ex.result.latency, ex.solver_latency)
-            row = {"instance": w.name, "layers": len(w), "optimal": bool(ex.optimal), "exact_latency_s": opt,
-                   "exact_lower_bound_s": ex.lower_bound, "exact_search_s": round(ex.search_seconds, 3),
-                   "gaps": {}}
-            for name in SEARCHING + CONSTRUCTIVE:
-                r = ALGORITHMS[name](w, soc, cost, rc_small)
-                row["gaps"][name] = r.result.latency / opt - 1
-            small.append(row)
-            print(f"exact {w.name} ({len(w)} layers): optimum {opt * 1e3:.4f} ms, gaps " +
-                  ", ".join(f"{k} {v:+.1%}" for k, v in row["gaps"].items()), flush=True)
-        out["small_instances"] = small
-        out["optimality_gap_small"] = max(r["gaps"]["comb"] for r in small)
-    if not args.no_mixed3:
-        w = load_mix("mixed3")
-        soc = soc_from_system("soc_large", BANDWIDTHS["high"])
+
+def small_instances(seed: int) -> list[dict]:
+    """Every algorithm's gap to the exact optimum (CP-SAT) on :data:`SMALL_INSTANCES`."""
+    from .exact import solve_exact
+
+    small = []
+    rc_small = RunConfig(time_budget_s=5.0, seed=seed, ga=GAConfig(executor="serial"))
+    for mix, take in SMALL_INSTANCES:
+        w = small_instance(load_mix(mix, copies=1), take)
+        soc = soc_from_system("soc_small")
         cost = cost_table(w, soc)
-        ga = GAConfig(executor="process", workers=2, seed=args.seed, time_budget_s=sc["mixed3_budget"])
-        from .comb import comb_search
+        ex = solve_exact(w, soc, cost, time_limit_s=60.0)
+        opt = min(ex.result.latency, ex.solver_latency)
+        row = {"instance": w.name, "layers": len(w), "optimal": bool(ex.optimal), "exact_latency_s": opt,
+               "exact_lower_bound_s": ex.lower_bound, "exact_search_s": round(ex.search_seconds, 3),
+               "gaps": {}}
+        for name in SEARCHING + CONSTRUCTIVE:
+            r = ALGORITHMS[name](w, soc, cost, rc_small)
+            row["gaps"][name] = r.result.latency / opt - 1
+        small.append(row)
+        print(f"exact {w.name} ({len(w)} layers): optimum {opt * 1e3:.4f} ms, gaps " +
+              ", ".join(f"{k} {v:+.1%}" for k, v in row["gaps"].items()), flush=True)
+    return small
 
-        r = comb_search(w, soc, cost, ga)
-        out["mixed3_soc_large"] = {"layers": len(w), "search_s": round(r.search_seconds, 2),
-                                   "generations": r.generations, "evaluations": r.evaluations,
-                                   "latency_s": r.result.latency, "energy_j": r.result.energy,
-                                   "pe_occupancy": r.result.occupancy, "time_budget_s": sc["mixed3_budget"],
-                                   "workers": 2}
-        print(f"mixed3 on soc_large ({len(w)} layers): searched in {r.search_seconds:.1f} s "
-              f"({r.generations} generations, {r.evaluations} evaluations), latency {r.result.latency * 1e3:.3f} ms")
-    out["wall_s"] = round(time.perf_counter() - t_all, 1)
-    try:
-        out["load_average_1_5_15"] = list(os.getloadavg())
-    except OSError:
-        pass
+
+def mixed3_search(budget_s: float, seed: int) -> dict:
+    """One timed COMB search of mixed3 on soc_large (two worker processes)."""
+    from .comb import comb_search
+
+    w = load_mix("mixed3")
+    soc = soc_from_system("soc_large", BANDWIDTHS["high"])
+    cost = cost_table(w, soc)
+    ga = GAConfig(executor="process", workers=2, seed=seed, time_budget_s=budget_s)
+    r = comb_search(w, soc, cost, ga)
+    print(f"mixed3 on soc_large ({len(w)} layers): searched in {r.search_seconds:.1f} s "
+          f"({r.generations} generations, {r.evaluations} evaluations), latency {r.result.latency * 1e3:.3f} ms")
+    return {"layers": len(w), "search_s": round(r.search_seconds, 2), "generations": r.generations,
+            "evaluations": r.evaluations, "latency_s": r.result.latency, "energy_j": r.result.energy,
+            "pe_occupancy": r.result.occupancy, "time_budget_s": budget_s, "workers": 2}
+
+
+def _print_headlines(out: dict) -> None:
     print(f"latency geomean: {out['geomean_latency_vs_magma']:.3f}x vs MAGMA (target 1.28), "
           f"{out['geomean_latency_vs_h2h']:.3f}x vs H2H (target 1.37), {out['geomean_latency_vs_heft']:.3f}x vs HEFT")
     print(f"energy reduction: {out['energy_reduction_vs_magma']:.1%} vs MAGMA (target 22.7%), "
@@ -231,7 +230,45 @@ def main(argv: list[str] | None = None) -> dict:
           f" / {out['geomean_latency_vs_h2h_wave_greedy']:.3f}x")
     if "optimality_gap_small" in out:
         print(f"worst COMB gap to the optimum on small instances: {out['optimality_gap_small']:.2%} (target ≤ 5%)")
-    atomic_write_text(args.out, json.dumps(out, indent=1, default=float))
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _parser().parse_args(argv)
+    sc = _scale(args)
+    budget = sc["budget"]
+    # serial fitness evaluation for every algorithm: the same compute for all (MAGMA's GA is serial too)
+    rc = RunConfig(time_budget_s=budget, seed=args.seed, ga=GAConfig(executor="serial"))
+    t_all = time.perf_counter()
+    progress = args.out + ".partial.json"
+    key = {"scale": args.scale, "seed": args.seed, "budget": budget, "copies": sc["copies"]}
+    done = _load_progress(progress, key) if args.resume else []
+    mach = machine()
+    print(machine_line(mach))
+    print(f"soc_mapper bench, scale={args.scale}, budget={budget:g} s per searching algorithm, seed={args.seed}")
+    cases = run_cases(sc, rc, progress, key, done)
+    out: dict = {
+        "machine": mach, "scale": args.scale, "seed": args.seed, "time_budget_s": budget,
+        "time_budget_note": f"the same wall-clock search budget of {budget:g} s for each of comb, magma, h2h and "
+                            "magma_1stream_comb_ga (each stops at the generation/pass boundary where the next one "
+                            "would pass it); fitness evaluated serially; constructive heuristics run to completion",
+        "reduced_vs_reference": sc["reduced"],
+        "comb_config": {"energy_tie": GAConfig().energy_tie, "max_window": GAConfig().max_window,
+                        "population": GAConfig().population, "generations": GAConfig().generations},
+        "cost_model": "soc_mapper.cost (MAESTRO-style analytical, int8)", "simulator": "soc_mapper.simulator",
+        "cases": cases, **summarize(cases)}
+    out["energy_breakdown_total"] = energy_totals(cases)
+    if not args.no_exact:
+        out["small_instances"] = small_instances(args.seed)
+        out["optimality_gap_small"] = max(r["gaps"]["comb"] for r in out["small_instances"])
+    if not args.no_mixed3:
+        out["mixed3_soc_large"] = mixed3_search(sc["mixed3_budget"], args.seed)
+    out["wall_s"] = round(time.perf_counter() - t_all, 1)
+    try:
+        out["load_average_1_5_15"] = list(os.getloadavg())
+    except OSError:
+        pass
+    _print_headlines(out)
+    write_json(args.out, out, indent=1)
     if os.path.exists(progress):
         os.remove(progress)  # complete: the partial file is no longer needed
     print(f"wrote {args.out} ({out['wall_s']} s)")

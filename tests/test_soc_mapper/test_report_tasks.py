@@ -42,3 +42,20 @@ def test_hydra_experiment_writes_tables_and_gantt(tmp_path):
     for a in ("comb", "h2h_wave_greedy", "heft"):
         assert (tmp_path / f"schedule_{a}.csv").exists() and (tmp_path / f"gantt_{a}.png").exists()
     assert "latency_vs_h2h_wave_greedy" in s
+
+
+def test_bench_states_the_machine_and_writes_its_json(tmp_path, capsys):
+    import json
+
+    from shared_ir.hostinfo import isa
+    from soc_mapper.bench import main
+
+    out = tmp_path / "b.json"
+    doc = main(["--mixes", "vision1", "--copies", "1", "--budget", "0.2", "--no-exact", "--no-mixed3",
+                "--out", str(out)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("machine: ") and f"ISA {isa()}" in lines[0]
+    d = json.loads(out.read_text())
+    assert d["machine"]["cores"] >= 1 and len(d["cases"]) == 4 == len(doc["cases"])
+    assert d["geomean_latency_vs_magma"] > 0 and 0 < d["geomean_pe_occupancy_vs_h2h"]
+    assert not (tmp_path / "b.json.partial.json").exists()  # complete: the resume file is gone
