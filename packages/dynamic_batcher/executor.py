@@ -66,8 +66,6 @@ class BlockPlan:
     """Internal schedule + memory layout + pre-stacked weights of one static block (cached per block/layout)."""
 
     def __init__(self, block: Block, layout: str = "pq", max_states: int = 100_000):
-        import torch
-
         if layout not in ("pq", "dynet"):
             raise BatcherError(f"block {block.name}: layout must be 'pq' or 'dynet', got {layout!r}")
         self.block = block
@@ -76,6 +74,34 @@ class BlockPlan:
         nodes = T.nodes
         comp = [n.idx for n in nodes if n.kind != "input"]
         inputs = [n.idx for n in nodes if n.kind == "input"]
+        batches = self._schedule(nodes, comp, max_states)
+        # shape classes
+        cls = {n.idx: n.shape for n in nodes}
+        self.class_shapes = sorted(set(cls.values()))
+        cid = {s: i for i, s in enumerate(self.class_shapes)}
+        specs = []
+        for b in batches:
+            nargs = len(nodes[b[0]].args)
+            w = [math.prod(nodes[nodes[b[0]].args[j]].shape) * F32 for j in range(nargs)]
+            specs.append(BatchSpec(list(b), [[nodes[v].args[j] for v in b] for j in range(nargs)], w))
+        lay = pq_layout(cls, specs) if layout == "pq" else dynet_layout(cls, inputs, specs)
+        self.layout = lay
+        self.sizes = [0] * len(self.class_shapes)
+        for v, p in lay.pos.items():
+            c = cid[cls[v]]
+            self.sizes[c] = max(self.sizes[c], p + 1)
+        in_index = {v: nodes[v].attrs[0][1] for v in inputs}
+        groups = self._groups(specs, lay.order, cls, in_index, layout)
+        # which inputs must be staged into the arena (they appear in a multi-item argument set)
+        staged: set[int] = set()
+        self.steps = [self._step(nodes, b, idx, order, cls, cid, in_index, staged) for b, idx, order in groups]
+        self.batches = [list(o) for _, _, o in groups]
+        self.stage = [(in_index[v], cid[cls[v]], lay.pos[v], math.prod(cls[v]) * F32) for v in sorted(staged)]
+        self.outputs = [(cid[cls[o]], lay.pos[o]) for o in T.outputs]
+        self.n_internal = len(comp)
+
+    def _schedule(self, nodes, comp: list[int], max_states: int) -> list[list[int]]:
+        """The block's internal batches: the exact optimum when small enough, else the type-wise heuristic."""
         local = {v: i for i, v in enumerate(comp)}
         sigs: dict[tuple, int] = {}
         types, preds = [], []
@@ -90,31 +116,13 @@ class BlockPlan:
         if sched is None:
             sched = TypewiseLB().schedule(view)
         self.lower_bound = view.lower_bound()
-        batches = [[comp[i] for i in b] for b in sched]
-        # shape classes
-        cls = {n.idx: n.shape for n in nodes}
-        self.class_shapes = sorted(set(cls.values()))
-        cid = {s: i for i, s in enumerate(self.class_shapes)}
-        specs = []
-        for b in batches:
-            nargs = len(nodes[b[0]].args)
-            w = [math.prod(nodes[nodes[b[0]].args[j]].shape) * F32 for j in range(nargs)]
-            specs.append(BatchSpec(list(b), [[nodes[v].args[j] for v in b] for j in range(nargs)], w))
-        if layout == "pq":
-            lay = pq_layout(cls, specs)
-        else:
-            lay = dynet_layout(cls, inputs, specs)
-        self.layout = lay
-        self.sizes = [0] * len(self.class_shapes)
-        for v, p in lay.pos.items():
-            c = cid[cls[v]]
-            self.sizes[c] = max(self.sizes[c], p + 1)
-        in_index = {v: nodes[v].attrs[0][1] for v in inputs}
-        # which inputs must be staged into the arena (they appear in a multi-item argument set)
-        staged = set()
-        steps = []
+        return [[comp[i] for i in b] for b in sched]
+
+    @staticmethod
+    def _groups(specs: list, orders: list, cls: dict, in_index: dict, layout: str) -> list[tuple]:
+        """(batch, its output index, the outputs run together) per kernel call, in order."""
         groups = []
-        for b, order in zip(specs, lay.order):
+        for b, order in zip(specs, orders):
             idx = {o: i for i, o in enumerate(b.outs)}
             # cost guard: batching k-instance ops whose argument set is several distinct *large* block inputs
             # would copy them all into the arena (e.g. MV-RNN's H×H matrices) to save one kernel launch; run
@@ -138,51 +146,60 @@ class BlockPlan:
                         groups.extend((b, idx, order[x:y]) for x, y in zip(edges, edges[1:]))
                         continue
             groups.append((b, idx, order))
-        for b, idx, order in groups:
-            rep = nodes[order[0]]
-            m = len(order)
-            args = []
-            for j in range(len(b.args)):
-                a = [b.args[j][idx[o]] for o in order]
-                c = cid[cls[a[0]]]
-                numel = math.prod(cls[a[0]])
-                if len(set(a)) == 1:
-                    if a[0] in in_index:
-                        args.append(("ext", in_index[a[0]], m, 0))
-                    else:
-                        args.append(("bcast", c, lay.pos[a[0]], m, 0))
-                    continue
-                for x in a:
-                    if x in in_index:
-                        staged.add(x)
-                ps = [lay.pos[x] for x in a]
-                if ps == list(range(ps[0], ps[0] + m)):
-                    args.append(("view", c, ps[0], m, 0))
+        return groups
+
+    def _step(self, nodes, b, idx: dict, order: list[int], cls: dict, cid: dict, in_index: dict,
+              staged: set) -> tuple:
+        """One kernel call: (kind, attrs, argument accesses, output access, stacked weights, shape); block inputs
+        read through a gather are added to ``staged``."""
+        import torch
+
+        lay = self.layout
+        rep = nodes[order[0]]
+        m = len(order)
+        args = []
+        for j in range(len(b.args)):
+            a = [b.args[j][idx[o]] for o in order]
+            c = cid[cls[a[0]]]
+            numel = math.prod(cls[a[0]])
+            if len(set(a)) == 1:
+                if a[0] in in_index:
+                    args.append(("ext", in_index[a[0]], m, 0))
                 else:
-                    args.append(("gather", c, torch.tensor(ps), m, m * numel * F32))
-            oc = cid[rep.shape]
-            ps = [lay.pos[o] for o in order]
+                    args.append(("bcast", c, lay.pos[a[0]], m, 0))
+                continue
+            for x in a:
+                if x in in_index:
+                    staged.add(x)
+            ps = [lay.pos[x] for x in a]
             if ps == list(range(ps[0], ps[0] + m)):
-                out = ("view", oc, ps[0], m, 0)
+                args.append(("view", c, ps[0], m, 0))
             else:
-                out = ("scatter", oc, torch.tensor(ps), m, m * math.prod(rep.shape) * F32)
-            W = None
-            if rep.kind == "linear":
-                ws = [nodes[o].params[0].tensor for o in order]
-                if len(rep.shape) == 1:
-                    W = torch.stack([w.t() for w in ws]).contiguous()  # (m, in, out), stacked once
-                else:
-                    W = torch.stack(ws).unsqueeze(1).contiguous()  # (m, 1, out, in)
-                bias = None
-                if len(rep.params) > 1:
-                    bias = torch.stack([nodes[o].params[1].tensor for o in order]).unsqueeze(1).contiguous()
-                W = (W, bias)
-            steps.append((rep.kind, dict(rep.attrs), args, out, W, rep.shape))
-        self.steps = steps
-        self.batches = [list(o) for _, _, o in groups]
-        self.stage = [(in_index[v], cid[cls[v]], lay.pos[v], math.prod(cls[v]) * F32) for v in sorted(staged)]
-        self.outputs = [(cid[cls[o]], lay.pos[o]) for o in T.outputs]
-        self.n_internal = len(comp)
+                args.append(("gather", c, torch.tensor(ps), m, m * numel * F32))
+        oc = cid[rep.shape]
+        ps = [lay.pos[o] for o in order]
+        if ps == list(range(ps[0], ps[0] + m)):
+            out = ("view", oc, ps[0], m, 0)
+        else:
+            out = ("scatter", oc, torch.tensor(ps), m, m * math.prod(rep.shape) * F32)
+        return rep.kind, dict(rep.attrs), args, out, self._weights(nodes, rep, order), rep.shape
+
+    @staticmethod
+    def _weights(nodes, rep, order: list[int]):
+        """The linear weights (and biases) of the batch, stacked once; None for other kinds."""
+        import torch
+
+        if rep.kind != "linear":
+            return None
+        ws = [nodes[o].params[0].tensor for o in order]
+        if len(rep.shape) == 1:
+            W = torch.stack([w.t() for w in ws]).contiguous()  # (m, in, out), stacked once
+        else:
+            W = torch.stack(ws).unsqueeze(1).contiguous()  # (m, 1, out, in)
+        bias = None
+        if len(rep.params) > 1:
+            bias = torch.stack([nodes[o].params[1].tensor for o in order]).unsqueeze(1).contiguous()
+        return W, bias
 
     def run(self, inputs: list, stats: ExecStats) -> list:
         import torch
