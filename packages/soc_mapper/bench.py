@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import time
 
@@ -234,6 +235,8 @@ def _print_headlines(out: dict) -> None:
 
 def main(argv: list[str] | None = None) -> dict:
     args = _parser().parse_args(argv)
+    # the searches' progress lines (soc_mapper.comb logs one every few seconds of a long search)
+    logging.basicConfig(level=logging.INFO, format="  %(message)s")
     sc = _scale(args)
     budget = sc["budget"]
     # serial fitness evaluation for every algorithm: the same compute for all (MAGMA's GA is serial too)

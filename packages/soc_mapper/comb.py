@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import logging
 import math
 import random
 import time
@@ -285,17 +286,66 @@ def _save(path: str, fp: str, gen: int, rng: random.Random, history: list, evals
         "best": (list(best), best.fitness.values[0], best.groups, best.energy)})
 
 
+PROGRESS_EVERY_S = 5.0
+"""A search longer than this logs a line (generation, best latency, seconds) this often (``logging`` INFO)."""
+log = logging.getLogger(__name__)
+
+
+def _initial_population(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig, rng: random.Random, evaluate,
+                        t0: float) -> tuple[list, float]:
+    """The seeded orders (:func:`seed_orders`), then random ones, evaluated in batches of the worker count; after
+    the first batch only while the time budget lasts. Returns (population, seconds of the last batch)."""
+    seeds = seed_orders(w, cost, soc)[:cfg.population]
+    batch = cfg.workers if cfg.executor != "serial" else 1
+    pop: list = []
+    last_batch = 0.0
+    while len(pop) < cfg.population:
+        if pop and cfg.time_budget_s is not None and time.perf_counter() - t0 + last_batch > cfg.time_budget_s:
+            break
+        tb = time.perf_counter()
+        k = min(batch, cfg.population - len(pop))
+        more = [_ind(seeds[len(pop) + i] if len(pop) + i < len(seeds) else random_topo(w, rng)) for i in range(k)]
+        evaluate(more)
+        pop += more
+        last_batch = time.perf_counter() - tb
+    return pop, last_batch
+
+
+def _children(w: Workload, cfg: GAConfig, rng: random.Random, pop: list) -> list:
+    """population − 1 children: parents drawn by a softmax of the standardised fitness, crossover, mutation."""
+    fits = [i.fitness.values[0] for i in pop]
+    mu = sum(fits) / len(fits)
+    sd = math.sqrt(sum((f - mu) ** 2 for f in fits) / len(fits)) or 1.0
+    weights = [math.exp(-(f - mu) / sd) for f in fits]
+    children = []
+    while len(children) < cfg.population - 1:
+        p1, p2 = rng.choices(pop, weights=weights, k=2)
+        if rng.random() < cfg.crossover_rate:
+            child = crossover(w, rng, p1.groups, p2.groups, cfg.crossover_keep_fraction)
+        else:
+            child = list(p1)
+        if rng.random() < cfg.mutation_rate:
+            grp = p1.groups if child == list(p1) else (p1.groups + p2.groups)
+            child = mutate(w, rng, grp, cfg.freeze_fraction)
+        children.append(_ind(child))
+    return children
+
+
+def _context(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig, algorithm: str) -> CombContext:
+    J = cfg.max_window if cfg.window_work is None else max(1, min(cfg.max_window, cfg.window_work // len(w.layers)))
+    dctx = DecodeContext(w, soc, cost, J, cfg.max_streams)
+    dctx1 = None if cfg.barriers or J == 1 else DecodeContext(w, soc, cost, 1, cfg.max_streams)
+    return CombContext(dctx, w, soc, cost, cfg.fitness, cfg.max_streams, algorithm, cfg.barriers, dctx1,
+                       cfg.energy_weight, max(a.power_w for a in soc.accs) or 1.0, cfg.energy_tie)
+
+
 def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = None,
                 algorithm: str = "comb") -> SearchResult:
     """Run COMB's GA and return the best plan judged by the simulator."""
     cfg = cfg or GAConfig()
     t0 = time.perf_counter()
     rng = random.Random(cfg.seed)
-    J = cfg.max_window if cfg.window_work is None else max(1, min(cfg.max_window, cfg.window_work // len(w.layers)))
-    dctx = DecodeContext(w, soc, cost, J, cfg.max_streams)
-    dctx1 = None if cfg.barriers or J == 1 else DecodeContext(w, soc, cost, 1, cfg.max_streams)
-    cctx = CombContext(dctx, w, soc, cost, cfg.fitness, cfg.max_streams, algorithm, cfg.barriers, dctx1,
-                       cfg.energy_weight, max(a.power_w for a in soc.accs) or 1.0, cfg.energy_tie)
+    cctx = _context(w, soc, cost, cfg, algorithm)
     fp = fingerprint(w, soc, cfg, algorithm)
     toolbox = base.Toolbox()
     history: list[float] = []
@@ -314,6 +364,8 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
             evals += len(todo)
 
         state = load_checkpoint(cfg.checkpoint, fp) if cfg.checkpoint else None
+        # a generation evaluates population−1 children: predict it from the initial batches until one ran
+        last_gen = 0.0
         if state is not None:
             pop = [_ind(*p) for p in state["population"]]
             best = _ind(*state["best"])
@@ -322,22 +374,7 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
             gen0 = state["generation"] + 1
             evals = state["evaluations"]
         else:
-            # initial population: the seeded orders (seed_orders), then random ones, in batches of the worker
-            # count; after the first batch only while the time budget lasts
-            seeds = seed_orders(w, cost, soc)[:cfg.population]
-            batch = cfg.workers if cfg.executor != "serial" else 1
-            pop, last_batch = [], 0.0
-            while len(pop) < cfg.population:
-                if pop and cfg.time_budget_s is not None and \
-                        time.perf_counter() - t0 + last_batch > cfg.time_budget_s:
-                    break
-                tb = time.perf_counter()
-                k = min(batch, cfg.population - len(pop))
-                more = [_ind(seeds[len(pop) + i] if len(pop) + i < len(seeds) else random_topo(w, rng))
-                        for i in range(k)]
-                evaluate(more)
-                pop += more
-                last_batch = time.perf_counter() - tb
+            pop, last_batch = _initial_population(w, soc, cost, cfg, rng, evaluate, t0)
             best_fit = min(i.fitness.values[0] for i in pop)
             best = _elite(pop, best_fit, cfg.energy_tie)
             best = _ind(list(best), best.fitness.values[0], best.groups, best.energy)
@@ -345,32 +382,16 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
             gen0 = 0
             if cfg.checkpoint:  # the evaluated initial population: a resume skips its evaluation
                 _save(cfg.checkpoint, fp, -1, rng, history, evals, pop, best)
-        gens_done = gen0
-        # a generation evaluates population−1 children: predict it from the initial batches until one ran
-        last_gen = 0.0
-        if state is None:
             batch = cfg.workers if cfg.executor != "serial" else 1
             last_gen = last_batch * math.ceil((cfg.population - 1) / batch)
+        gens_done = gen0
+        shown = time.perf_counter()
         for gen in range(gen0, cfg.generations):
             el = time.perf_counter() - t0
             if cfg.time_budget_s is not None and el + last_gen > cfg.time_budget_s:
                 break
             tg = time.perf_counter()
-            fits = [i.fitness.values[0] for i in pop]
-            mu = sum(fits) / len(fits)
-            sd = math.sqrt(sum((f - mu) ** 2 for f in fits) / len(fits)) or 1.0
-            weights = [math.exp(-(f - mu) / sd) for f in fits]
-            children = []
-            while len(children) < cfg.population - 1:
-                p1, p2 = rng.choices(pop, weights=weights, k=2)
-                if rng.random() < cfg.crossover_rate:
-                    child = crossover(w, rng, p1.groups, p2.groups, cfg.crossover_keep_fraction)
-                else:
-                    child = list(p1)
-                if rng.random() < cfg.mutation_rate:
-                    grp = p1.groups if child == list(p1) else (p1.groups + p2.groups)
-                    child = mutate(w, rng, grp, cfg.freeze_fraction)
-                children.append(_ind(child))
+            children = _children(w, cfg, rng, pop)
             evaluate(children)
             pop = [best] + children  # elitism: the best schedule is never lost
             best_fit = min([history[-1]] + [i.fitness.values[0] for i in children])
@@ -382,6 +403,10 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
             if cfg.checkpoint:
                 _save(cfg.checkpoint, fp, gen, rng, history, evals, pop, best)
             last_gen = time.perf_counter() - tg
+            if tg + last_gen - shown >= PROGRESS_EVERY_S:
+                shown = tg + last_gen
+                log.info("%s: generation %d/%d, best fitness %.6g, %d evaluations, %.0f s", algorithm, gens_done,
+                         cfg.generations, best_fit, evals, shown - t0)
     windows = best_decode(cctx, list(best))
     plan = windows_to_plan(windows, len(w.layers), cfg.max_streams, algorithm, cfg.barriers)
     res = simulate(plan, w, soc, cost)

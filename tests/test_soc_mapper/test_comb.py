@@ -212,3 +212,21 @@ def test_seed_orders_are_distinct_topological_and_start_the_population():
     # a population of just the seeds: each evaluated once, no random orders
     r = comb_search(w, soc, c, GAConfig(seed=1, population=len(seeds), generations=0, max_window=8, energy_tie=0))
     assert r.evaluations == len(seeds) and r.generations == 0 and len(r.history) == 1
+
+
+def test_a_long_search_logs_its_progress(monkeypatch, caplog):
+    import logging
+
+    from soc_mapper import comb
+
+    w, soc, c = problem()
+    monkeypatch.setattr(comb, "PROGRESS_EVERY_S", 0.0)  # every generation counts as long here
+    with caplog.at_level(logging.INFO, logger="soc_mapper.comb"):
+        r = comb_search(w, soc, c, GAConfig(executor="serial", generations=3, time_budget_s=None))
+    lines = [m for m in caplog.messages if "generation" in m]
+    assert len(lines) == r.generations == 3 and lines[-1].startswith("comb: generation 3/3")
+    caplog.clear()
+    monkeypatch.setattr(comb, "PROGRESS_EVERY_S", 3600.0)
+    with caplog.at_level(logging.INFO, logger="soc_mapper.comb"):
+        comb_search(w, soc, c, GAConfig(executor="serial", generations=3, time_budget_s=None))
+    assert not caplog.messages  # a short search stays quiet

@@ -47,8 +47,9 @@ def test_hydra_experiment_writes_tables_and_gantt(tmp_path):
 def test_bench_states_the_machine_and_writes_its_json(tmp_path, capsys):
     import json
 
-    from shared_ir.hostinfo import isa
     from soc_mapper.bench import main
+
+    from shared_ir.hostinfo import isa
 
     out = tmp_path / "b.json"
     doc = main(["--mixes", "vision1", "--copies", "1", "--budget", "0.2", "--no-exact", "--no-mixed3",
