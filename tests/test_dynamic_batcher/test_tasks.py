@@ -37,6 +37,7 @@ def test_run_workloads_writes_tables_and_plots(tmp_path):
 
 def test_bench_main_writes_json(tmp_path, capsys):
     from dynamic_batcher.bench import main
+
     from shared_ir.hostinfo import isa
 
     path = tmp_path / "bench.json"

@@ -172,6 +172,7 @@ def test_h200_preset_drives_the_gpu_check_model():
     PCIe 5 (50 GB/s pinned); LSP beats ZeRO-Offload there as on the other machines."""
     from offload_trainer.gpu_check import HARDWARE_PRESET
     from offload_trainer.planner import ModelSpec, plan_time
+
     from shared_ir.hardware import load_preset
 
     s = load_preset(HARDWARE_PRESET)
