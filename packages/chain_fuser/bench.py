@@ -14,16 +14,16 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import math
 import os
 import random
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .child import child_sys_path
 from .spec import ConvChain, GemmChain
 
 # the reference's GEMM chains: (name, batch, M, N, K, L)
@@ -95,8 +95,10 @@ def _ident(name: str) -> str:
 
 
 def geomean(xs) -> float | None:
-    xs = [x for x in xs if x is not None and x > 0]
-    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else None
+    """:func:`shared_ir.benchkit.geomean` of the positive values, None when there is none (a ratio not measured)."""
+    from shared_ir.benchkit import geomean as gm
+
+    return gm(xs, empty=None)
 
 
 # --- variants -------------------------------------------------------------------------------------------------------
@@ -421,12 +423,6 @@ child_serve({"setup": setup, "setup_block": setup_block})
 """
 
 
-def _child_sys_path() -> str:
-    """The ``sys.path`` entries (JSON) a child ``python -c`` script needs to import this repository's packages."""
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return json.dumps([pkg, os.path.dirname(pkg)])
-
-
 class _ChildServer:
     """A baseline library in a child process of its own, driven over a pipe (one JSON line per command and per
     answer) so that its timings interleave with the other variants'."""
@@ -476,7 +472,7 @@ class TorchServer(_ChildServer):
 
     def __init__(self, threads: int, pin: bool = False):
         env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-        self.info = self._start([_TORCH_SERVER, str(threads), "pin" if pin else "free", _child_sys_path()], env)
+        self.info = self._start([_TORCH_SERVER, str(threads), "pin" if pin else "free", child_sys_path()], env)
 
     def variant(self, name: str, spec, which: str = "torch") -> "SelfTimed":
         import dataclasses
@@ -502,7 +498,7 @@ class OpenBLASServer(_ChildServer):
 
     def __init__(self, threads: int, pin: bool = False):
         env = {k: v for k, v in os.environ.items() if k not in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")}
-        hello = self._start([_OPENBLAS_SERVER, str(threads), "pin" if pin else "free", _child_sys_path()], env)
+        hello = self._start([_OPENBLAS_SERVER, str(threads), "pin" if pin else "free", child_sys_path()], env)
         info = hello["threadpool_info"]
         self.placement = hello.get("placement")
         ob = [x for x in info if x.get("internal_api") == "openblas"]
@@ -542,224 +538,256 @@ class _PreparedRow:
     prepare_s: float
 
 
-def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
-        only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
-        ms_config: dict | None = None, pin: bool = True, probe: bool = True, torch_process: bool = True,
-        winograd: tuple[int, ...] = (2,), cache_probe: bool = True) -> dict:
-    """``torch_process``: PyTorch's variants run in a child process of their own (``TorchServer``); False times
-    them in this process, as before round 8. ``winograd``: the Winograd tile sizes ``tune`` tries on conv chains
-    (the default ``(2,)``: a direct conv's rounding error; ``(2, 4)`` adds the opt-in F(4×4, 3×3)).
-    ``cache_probe``: the machine probe also requires the shared cache uncontended (:class:`peak.CacheProbe`)."""
+@dataclass
+class _Run:
+    """What the phases of :func:`run` share: the settings, the machine's measured peak and probe, the baselines'
+    child processes and MetaSchedule's tuned chains."""
+
+    scale: str
+    top_k: int
+    repeat: int
+    budget: float  # seconds of timing per shape and variant set
+    threads: int
+    winograd: tuple[int, ...]
+    log: Callable[..., Any]
+    peak: dict  # the FMA peak measured at the start
+    cached_peak: float  # GFLOP/s, the best this machine did in earlier measurements
+    machine: dict
+    fma_probe: Any = None
+    floor: float = 0.0
+    server: Any = None  # OpenBLASServer
+    torch_server: Any = None
+    ms_cfg: dict = field(default_factory=dict)
+    ms_runs: list[dict] = field(default_factory=list)
+    ms_chains: dict = field(default_factory=dict)
+    probe_rates: list[float] = field(default_factory=list)  # every FMA probe reading after a timed slot, all rows
+
+    @property
+    def peak_gflops(self) -> float:
+        return self.peak["gflops"]
+
+
+def machine_line(machine: dict) -> str:
+    """The benchmark's first printed line: the machine, the ISA, vector width, register count and FMA pipes that
+    its kernels were generated and modelled for (``$CHAIN_FUSER_ISA`` caps the ISA)."""
+    from shared_ir.benchkit import machine_line as line
+
+    return f"chain_fuser benchmark, {line(machine)}, {machine['fma_pipes']:g} FMA pipes ({machine['fma_pipes_source']})"
+
+
+def _start(scale, top_k, repeat, winograd, probe, cache_probe, log) -> _Run:
+    """The run's settings, TVM's pool sized, the FMA peak measured, the machine stated (the first line printed),
+    and the FMA probe created (before the threads are placed: its workers are TVM's pool, placed with the rest)."""
     import torch
 
-    from shared_ir import atomic_write_text
     from shared_ir.hostinfo import num_cores
 
-    from .hw import server_device
-    from .kernel import (
-        build_kernel,
-        import_tvm,
-        pin_threads_for_benchmark,
-        random_inputs,
-        reference,
-        tune,
-        unpinned_thread_pool,
-    )
-    from .peak import measure_fma_peak
-    from .planner import predict_fusion_gain
-
-    t_start = time.perf_counter()
-    load_start = os.getloadavg()  # the machine is shared: the load says how far wall-clock ratios can be trusted
     from .hw import measured_peak_flops
+    from .kernel import import_tvm
+    from .peak import measure_fma_peak
 
     cached_peak = (measured_peak_flops() or 0.0) / 1e9  # the best this machine did in earlier measurements
     repeat = repeat or (11 if scale == "full" else 9)
-    budget = 0.8 if scale == "small" else 2.0  # seconds of timing per shape and variant set
     threads = num_cores()
     torch.set_num_threads(threads)
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    bind_before = os.environ.get("TVM_BIND_THREADS")
-    if pin:  # TVM's worker on its own core; the caller is pinned off it once the other pools exist (below)
-        os.environ["TVM_BIND_THREADS"] = "1"
     import_tvm()  # sizes TVM's thread pool before anything else loads it
     peak = measure_fma_peak(save=True)
-    peak_gflops = peak["gflops"]
-    log(f"FMA peak (measured, {threads} threads, {peak['lanes']} lanes): {peak_gflops:.1f} GFLOP/s")
-    fma_probe = None
-    if probe:  # created before the threads are placed: its workers are TVM's pool, placed with the rest
+    ctx = _Run(scale, top_k, repeat, 0.8 if scale == "small" else 2.0, threads, winograd, log, peak, cached_peak,
+               _machine(threads))
+    log(machine_line(ctx.machine))
+    log(f"FMA peak (measured, {threads} threads, {peak['lanes']} lanes): {ctx.peak_gflops:.1f} GFLOP/s")
+    if probe:
         from .peak import FmaProbe
 
-        fma_probe = FmaProbe(threads, cache=cache_probe)
-    floor = PROBE_FLOOR * max(peak_gflops, cached_peak)
-    probe_rates: list[float] = []  # every FMA probe reading after a timed slot, all rows
-    items = shapes(scale)
-    if only:
-        items = [it for it in items if it["name"] in only or it["suite"] in only]
-    server = OpenBLASServer(threads, pin=pin) if openblas else None
-    torch_server = TorchServer(threads, pin=pin) if torch_process else None
-    if torch_server is not None:
-        log(f"PyTorch (own process, its default thread wait policy): {torch_server.info}")
-    if server is not None:
-        log(f"OpenBLAS (own process, pinning variables unset): {server.info}")
-    ms_cfg = ms_config or METASCHEDULE[scale]
-    rows = []
-    ms_runs: list[dict] = []
-    ms_chains: dict = {}
-    ms_items = [it for it in items if ms_cfg["shapes"] is None or it["name"] in ms_cfg["shapes"]]
-    if metaschedule and ms_items:
-        from .metaschedule import metaschedule_unfused
+        ctx.fma_probe = FmaProbe(threads, cache=cache_probe)
+    ctx.floor = PROBE_FLOOR * max(ctx.peak_gflops, cached_peak)
+    return ctx
 
-        # before any timing, alone: its builder/runner processes would otherwise take the cores from the variants
-        workers = threads if ms_cfg.get("workers") == "cores" else int(ms_cfg.get("workers") or 1)
-        ms_chains, ms_runs = metaschedule_unfused([it["spec"] for it in ms_items], ms_cfg["trials"],
-                                                  ms_cfg["timeout_s"], ms_cfg.get("per_iter", 4),
-                                                  ms_cfg.get("search", "replay-trace"), ms_cfg.get("group"), workers,
-                                                  log=log)
-        by_spec = {it["spec"].name: it["name"] for it in ms_items}
-        for r in ms_runs:  # the benchmark's shape names
-            r["names"] = [by_spec[n] for n in r["names"]]
-    pinning = None
-    if pin:
-        # torch's OpenMP pool, the OpenBLAS child and MetaSchedule's processes exist by now (they would inherit the
-        # caller's single core); TVM's pool exists since the peak measurement
-        torch.mm(torch.ones(256, 256), torch.ones(256, 256))
-        pinning = pin_threads_for_benchmark()
-        log(f"thread placement: {pinning or 'unchanged (no pinned TVM worker)'}")
 
-    def prepare(it) -> _PreparedRow:
-        """A row ready to be timed: its kernel tuned (or from the disk cache), checked against the reference, and
-        its variants set up (the baselines' in their child processes)."""
-        spec = it["spec"]
-        name = it["name"]
-        t_row = time.perf_counter()
-        ins = random_inputs(spec)
-        kernel, rep = tune(spec, top_k=top_k, winograd=winograd)
-        ref = reference(spec, *ins)
-        got = kernel(*ins)
-        err = float((got - ref).abs().max() / (ref.abs().max() + 1e-6))
-        variants: dict[str, Callable[[], Any]] = {
-            "ours": lambda k=kernel: k(*ins),
-            "torch": torch_server.variant(name, spec) if torch_server else torch_eager(spec, ins)}
-        if isinstance(spec, GemmChain) and spec.glue == "softmax":
-            variants["sdpa"] = torch_server.variant(name + "/sdpa", spec, "sdpa") if torch_server else \
-                torch_sdpa(spec, ins)
-        if not kernel.fused and rep.best_fused_kernel is not None:
-            # the measured pick kept the unfused kernel: the best fused one is timed too, so that the fused-vs-
-            # unfused ratio stays the measured one (not 1.0 after the pick)
-            variants["ours_fused"] = lambda k=rep.best_fused_kernel: k(*ins)
-        same_as_ours = False  # the pick *is* the unfused kernel: timed once, as "ours" (below)
-        try:
-            unf = rep.unfused_kernel if rep.unfused_kernel is not None else build_kernel(spec, kernel.plan, fused=False)
-            same_as_ours = unf is kernel
-            if not same_as_ours:
-                variants["tvm_unfused"] = lambda k=unf: k(*ins)
-        except Exception as e:  # noqa: BLE001 - recorded, the row goes on without it
-            log(f"  {name}: unfused variant failed: {e}")
-        if server is not None and isinstance(spec, GemmChain):
-            variants["openblas"] = server.variant(name, spec)
-        ms_tune_s = ms_note = None
-        ms_run = next((r for r in ms_runs if name in r["names"]), None)
-        if ms_run is not None:
-            ms_tune_s, ms_note = ms_run["tune_s"], ms_run["status"]
-            rt = ms_chains.get(spec.name)
-            if rt is not None:
-                variants["metaschedule"] = lambda rt=rt: rt(*ins)
-        timer = InterleavedTimer(variants, repeat, budget, probe=fma_probe, floor_gflops=floor, stats={})
-        return _PreparedRow(it, kernel, rep, err, variants, same_as_ours, ms_tune_s, ms_note, timer,
-                            time.perf_counter() - t_row - timer.seconds)
+def _start_baselines(ctx: _Run, openblas: bool, torch_process: bool, pin: bool) -> None:
+    ctx.server = OpenBLASServer(ctx.threads, pin=pin) if openblas else None
+    ctx.torch_server = TorchServer(ctx.threads, pin=pin) if torch_process else None
+    if ctx.torch_server is not None:
+        ctx.log(f"PyTorch (own process, its default thread wait policy): {ctx.torch_server.info}")
+    if ctx.server is not None:
+        ctx.log(f"OpenBLAS (own process, pinning variables unset): {ctx.server.info}")
 
-    # every row set up first, then timed round by round (time_round_robin)
-    prepared = []
-    for i, it in enumerate(items):
-        prepared.append(prepare(it))
-        log(f"  set up {i + 1}/{len(items)}: {it['name']}")
-    time_round_robin([p.timer for p in prepared], repeat, log)
-    for p in prepared:
-        it, kernel, rep, err, variants, same_as_ours, ms_tune_s, ms_note, probe_stats = (
-            p.it, p.kernel, p.rep, p.err, p.variants, p.same_as_ours, p.ms_tune_s, p.ms_note, p.timer.stats)
-        spec, name = it["spec"], it["name"]
-        cpu_ms: dict[str, float] = {}
-        ms_ = p.timer.medians(cpu_ms)
-        for v in variants.values():
-            if isinstance(v, SelfTimed):  # the child processes drop the row's inputs
-                v.done()
-        if same_as_ours:  # one kernel timed twice read ×0.94-1.06 against itself: the noise, not a difference
-            ms_["tvm_unfused"] = ms_["ours"]
-            if "ours" in cpu_ms:
-                cpu_ms["tvm_unfused"] = cpu_ms["ours"]
-        flops = spec.flops
-        row = {"name": name, "suite": it["suite"], "kind": spec.kind, "key": spec.key,
-               "shape": _shape_dict(spec), "gflop": flops / 1e9, "max_rel_error": err,
-               "ms": ms_, "ms_by_round": p.timer.runs,  # each round's ms per call, in the order timed
-               "plan": kernel.plan.to_dict(), "tune": rep.to_dict(),
-               "model_pick_vs_best_measured": rep.model_pick_vs_best, "probe": probe_stats,
-               "tvm_unfused_is_ours": same_as_ours,
-               # where the run's time goes: tuning (compiles, or the disk cache) + inputs and the reference, and timing
-               "seconds": {"prepare": p.prepare_s, "timing": p.timer.seconds}}
-        if ms_tune_s is not None:
-            row["metaschedule_tune_s"] = ms_tune_s  # the tuning run this shape was part of
-            row["metaschedule_status"] = ms_note
-            row["metaschedule_trials"] = ms_cfg["trials"]
-        o = row["ms"]["ours"]
-        row["speedup"] = {k: v / o for k, v in row["ms"].items() if k != "ours"}
-        row["chosen_fused"] = kernel.fused
-        if "tvm_unfused" in row["ms"]:  # the best fused kernel vs the unfused one, both measured here
-            row["fused_vs_unfused"] = row["ms"]["tvm_unfused"] / row["ms"].get("ours_fused", o)
-        # GFLOP/s (and so the fraction of the FMA peak) count what each kernel executes: a Winograd kernel's own
-        # multiply-adds (fewer than the chain's), so that its fraction measures the kernel, not the algorithm's saving
-        row["algorithm"] = kernel.algorithm
-        done = {k: (kernel.executed_flops if k == "ours" else flops) for k in row["ms"]}
-        if kernel.algorithm != "direct":
-            row["executed_gflop"] = {"ours": kernel.executed_flops / 1e9}
-        row["gflops"] = {k: done[k] / (v * 1e-3) / 1e9 for k, v in row["ms"].items()}
-        # provisional (the final fractions use the best FMA rate of the whole run, :func:`run_peak`)
-        row["peak_fraction"] = {k: g / run_peak(peak_gflops, peak_gflops, probe_rates) for k, g in row["gflops"].items()}
-        rates = probe_stats.pop("rates", [])
-        probe_rates.extend(rates)
-        if rates:  # the FMA probe's rate right after this row's slots: what the machine delivered then
-            row["probe_gflops"] = statistics.median(rates)
-            row["peak_fraction_vs_probe"] = {k: g / row["probe_gflops"] for k, g in row["gflops"].items()}
-        # per CPU second (robust to other processes' load): ratios, and GFLOP per CPU-second against one core's peak
-        row["cpu_ms"] = cpu_ms
-        oc = cpu_ms.get("ours")
-        row["speedup_cpu"] = {k: v / oc for k, v in cpu_ms.items() if k != "ours" and oc}
-        row["gflops_per_cpu_s"] = {k: done.get(k, flops) / (v * 1e-3) / 1e9 for k, v in cpu_ms.items() if v > 0}
-        t_pred = time.perf_counter()
-        row["server_prediction"] = predict_fusion_gain(spec, server_device())
-        row["seconds"]["server_prediction"] = time.perf_counter() - t_pred
-        rows.append(row)
-        algo = "" if kernel.algorithm == "direct" else f", {kernel.algorithm}"
-        log(f"{name:22s} {it['suite']:12s} ours {o:9.3f} ms ({row['peak_fraction']['ours']:.0%} of peak{algo})  " +
-            "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup"].items()) + f"  err {err:.1e}  | per CPU-s: " +
+
+def _tune_metaschedule(ctx: _Run, items: list[dict]) -> None:
+    """MetaSchedule's unfused chains of the configured subset, tuned before any timing, alone: its builder/runner
+    processes would otherwise take the cores from the variants."""
+    cfg = ctx.ms_cfg
+    ms_items = [it for it in items if cfg["shapes"] is None or it["name"] in cfg["shapes"]]
+    if not ms_items:
+        return
+    from .metaschedule import metaschedule_unfused
+
+    workers = ctx.threads if cfg.get("workers") == "cores" else int(cfg.get("workers") or 1)
+    ctx.ms_chains, ctx.ms_runs = metaschedule_unfused([it["spec"] for it in ms_items], cfg["trials"],
+                                                      cfg["timeout_s"], cfg.get("per_iter", 4),
+                                                      cfg.get("search", "replay-trace"), cfg.get("group"), workers,
+                                                      log=ctx.log)
+    by_spec = {it["spec"].name: it["name"] for it in ms_items}
+    for r in ctx.ms_runs:  # the benchmark's shape names
+        r["names"] = [by_spec[n] for n in r["names"]]
+
+
+def _place_threads(ctx: _Run) -> dict | None:
+    """This process's threads pinned off TVM's worker. Torch's OpenMP pool, the OpenBLAS child and MetaSchedule's
+    processes exist by now (they would inherit the caller's single core); TVM's pool exists since the peak
+    measurement."""
+    import torch
+
+    from .kernel import pin_threads_for_benchmark
+
+    torch.mm(torch.ones(256, 256), torch.ones(256, 256))
+    pinning = pin_threads_for_benchmark()
+    ctx.log(f"thread placement: {pinning or 'unchanged (no pinned TVM worker)'}")
+    return pinning
+
+
+def _variants(ctx: _Run, it: dict, kernel, rep, ins) -> tuple[dict[str, Callable[[], Any]], bool]:
+    """A row's timed variants (the baselines' in their child processes), and whether the unfused kernel is the pick
+    itself (then timed once, as ``ours``)."""
+    from .kernel import build_kernel
+
+    spec, name, ts = it["spec"], it["name"], ctx.torch_server
+    variants: dict[str, Callable[[], Any]] = {
+        "ours": lambda k=kernel: k(*ins),
+        "torch": ts.variant(name, spec) if ts else torch_eager(spec, ins)}
+    if isinstance(spec, GemmChain) and spec.glue == "softmax":
+        variants["sdpa"] = ts.variant(name + "/sdpa", spec, "sdpa") if ts else torch_sdpa(spec, ins)
+    if not kernel.fused and rep.best_fused_kernel is not None:
+        # the measured pick kept the unfused kernel: the best fused one is timed too, so that the fused-vs-
+        # unfused ratio stays the measured one (not 1.0 after the pick)
+        variants["ours_fused"] = lambda k=rep.best_fused_kernel: k(*ins)
+    same_as_ours = False
+    try:
+        unf = rep.unfused_kernel if rep.unfused_kernel is not None else build_kernel(spec, kernel.plan, fused=False)
+        same_as_ours = unf is kernel
+        if not same_as_ours:
+            variants["tvm_unfused"] = lambda k=unf: k(*ins)
+    except Exception as e:  # noqa: BLE001 - recorded, the row goes on without it
+        ctx.log(f"  {name}: unfused variant failed: {e}")
+    if ctx.server is not None and isinstance(spec, GemmChain):
+        variants["openblas"] = ctx.server.variant(name, spec)
+    return variants, same_as_ours
+
+
+def _prepare(ctx: _Run, it: dict) -> _PreparedRow:
+    """A row ready to be timed: its kernel tuned (or from the disk cache), checked against the reference, and its
+    variants set up."""
+    from .kernel import random_inputs, reference, tune
+
+    spec, name = it["spec"], it["name"]
+    t_row = time.perf_counter()
+    ins = random_inputs(spec)
+    kernel, rep = tune(spec, top_k=ctx.top_k, winograd=ctx.winograd)
+    ref = reference(spec, *ins)
+    got = kernel(*ins)
+    err = float((got - ref).abs().max() / (ref.abs().max() + 1e-6))
+    variants, same_as_ours = _variants(ctx, it, kernel, rep, ins)
+    ms_tune_s = ms_note = None
+    ms_run = next((r for r in ctx.ms_runs if name in r["names"]), None)
+    if ms_run is not None:
+        ms_tune_s, ms_note = ms_run["tune_s"], ms_run["status"]
+        rt = ctx.ms_chains.get(spec.name)
+        if rt is not None:
+            variants["metaschedule"] = lambda rt=rt: rt(*ins)
+    timer = InterleavedTimer(variants, ctx.repeat, ctx.budget, probe=ctx.fma_probe, floor_gflops=ctx.floor, stats={})
+    return _PreparedRow(it, kernel, rep, err, variants, same_as_ours, ms_tune_s, ms_note, timer,
+                        time.perf_counter() - t_row - timer.seconds)
+
+
+def _timed_ms(p: _PreparedRow) -> tuple[dict[str, float], dict[str, float]]:
+    """The row's median wall and CPU ms per variant; the child processes drop the row's inputs."""
+    cpu_ms: dict[str, float] = {}
+    ms_ = p.timer.medians(cpu_ms)
+    for v in p.variants.values():
+        if isinstance(v, SelfTimed):
+            v.done()
+    if p.same_as_ours:  # one kernel timed twice read ×0.94-1.06 against itself: the noise, not a difference
+        ms_["tvm_unfused"] = ms_["ours"]
+        if "ours" in cpu_ms:
+            cpu_ms["tvm_unfused"] = cpu_ms["ours"]
+    return ms_, cpu_ms
+
+
+def _row(ctx: _Run, p: _PreparedRow) -> dict:
+    """One shape's result: times, speed-ups, GFLOP/s and fractions of the peak, per CPU second too, and the
+    server64 prediction."""
+    from .hw import server_device
+    from .planner import predict_fusion_gain
+
+    it, kernel, rep, spec, probe_stats = p.it, p.kernel, p.rep, p.it["spec"], p.timer.stats
+    ms_, cpu_ms = _timed_ms(p)
+    flops = spec.flops
+    row = {"name": it["name"], "suite": it["suite"], "kind": spec.kind, "key": spec.key,
+           "shape": _shape_dict(spec), "gflop": flops / 1e9, "max_rel_error": p.err,
+           "ms": ms_, "ms_by_round": p.timer.runs,  # each round's ms per call, in the order timed
+           "plan": kernel.plan.to_dict(), "tune": rep.to_dict(),
+           "model_pick_vs_best_measured": rep.model_pick_vs_best, "probe": probe_stats,
+           "tvm_unfused_is_ours": p.same_as_ours,
+           # where the run's time goes: tuning (compiles, or the disk cache) + inputs and the reference, and timing
+           "seconds": {"prepare": p.prepare_s, "timing": p.timer.seconds}}
+    if p.ms_tune_s is not None:
+        row["metaschedule_tune_s"] = p.ms_tune_s  # the tuning run this shape was part of
+        row["metaschedule_status"] = p.ms_note
+        row["metaschedule_trials"] = ctx.ms_cfg["trials"]
+    o = row["ms"]["ours"]
+    row["speedup"] = {k: v / o for k, v in row["ms"].items() if k != "ours"}
+    row["chosen_fused"] = kernel.fused
+    if "tvm_unfused" in row["ms"]:  # the best fused kernel vs the unfused one, both measured here
+        row["fused_vs_unfused"] = row["ms"]["tvm_unfused"] / row["ms"].get("ours_fused", o)
+    _rates(ctx, row, kernel, flops, cpu_ms, probe_stats)
+    t_pred = time.perf_counter()
+    row["server_prediction"] = predict_fusion_gain(spec, server_device())
+    row["seconds"]["server_prediction"] = time.perf_counter() - t_pred
+    return row
+
+
+def _rates(ctx: _Run, row: dict, kernel, flops: float, cpu_ms: dict, probe_stats: dict) -> None:
+    """GFLOP/s (and so the fraction of the FMA peak) count what each kernel executes: a Winograd kernel's own
+    multiply-adds (fewer than the chain's), so that its fraction measures the kernel, not the algorithm's saving."""
+    row["algorithm"] = kernel.algorithm
+    done = {k: (kernel.executed_flops if k == "ours" else flops) for k in row["ms"]}
+    if kernel.algorithm != "direct":
+        row["executed_gflop"] = {"ours": kernel.executed_flops / 1e9}
+    row["gflops"] = {k: done[k] / (v * 1e-3) / 1e9 for k, v in row["ms"].items()}
+    # provisional (the final fractions use the best FMA rate of the whole run, :func:`run_peak`)
+    best = run_peak(ctx.peak_gflops, ctx.peak_gflops, ctx.probe_rates)
+    row["peak_fraction"] = {k: g / best for k, g in row["gflops"].items()}
+    rates = probe_stats.pop("rates", [])
+    ctx.probe_rates.extend(rates)
+    if rates:  # the FMA probe's rate right after this row's slots: what the machine delivered then
+        row["probe_gflops"] = statistics.median(rates)
+        row["peak_fraction_vs_probe"] = {k: g / row["probe_gflops"] for k, g in row["gflops"].items()}
+    # per CPU second (robust to other processes' load): ratios, and GFLOP per CPU-second against one core's peak
+    row["cpu_ms"] = cpu_ms
+    oc = cpu_ms.get("ours")
+    row["speedup_cpu"] = {k: v / oc for k, v in cpu_ms.items() if k != "ours" and oc}
+    row["gflops_per_cpu_s"] = {k: done.get(k, flops) / (v * 1e-3) / 1e9 for k, v in cpu_ms.items() if v > 0}
+
+
+def _row_line(row: dict) -> str:
+    algo = "" if row["algorithm"] == "direct" else f", {row['algorithm']}"
+    return (f"{row['name']:22s} {row['suite']:12s} ours {row['ms']['ours']:9.3f} ms ({row['peak_fraction']['ours']:.0%} "
+            f"of peak{algo})  " + "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup"].items()) +
+            f"  err {row['max_rel_error']:.1e}  | per CPU-s: " +
             "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup_cpu"].items()) +
             "  [s: " + ", ".join(f"{k.split('_')[0]} {v:.0f}" for k, v in row["seconds"].items()) + "]")
+
+
+def _speedups(rs: list[dict], k: str) -> list[float]:
+    return [r["speedup"].get(k) for r in rs if r["speedup"].get(k) is not None]
+
+
+def _suite_summary(rows: list[dict]) -> dict:
+    """The headline geomeans over the suites (reference, memory bound), against each baseline."""
     ref_rows = [r for r in rows if r["suite"] == "reference"]
     mem_rows = [r for r in rows if r["suite"] == "memory_bound"]
-
-    def sp(rs, k):
-        return [r["speedup"].get(k) for r in rs if r["speedup"].get(k) is not None]
-
-    result = {
-        "scale": scale, "threads": threads, "top_k": top_k, "repeat": repeat, "winograd_tiles": list(winograd),
-        "machine": _machine(threads),
-        "reduced_at_this_scale": REDUCED.get(scale),
-        "fma_peak_gflops": peak_gflops,
-        "fma_peak": peak,
-        "openblas": server.info if server is not None else None,
-        "openblas_note": "numpy in a child process without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, timed interleaved "
-                         "with the other variants; softmax there is numpy's",
-        "metaschedule": {"trials_per_operator": ms_cfg["trials"],
-                         "num_trials_per_iter": ms_cfg.get("per_iter", 4), "timeout_s": ms_cfg["timeout_s"],
-                         "search": ms_cfg.get("search", "replay-trace"),
-                         "shapes": ms_cfg["shapes"], "runs": ms_runs,
-                         "tune_s": sum(r["tune_s"] for r in ms_runs),
-                         "group": ms_cfg.get("group"), "workers": ms_cfg.get("workers", 1),
-                         "note": "chain_fuser.metaschedule: every operator of a chain (GEMMs with their element-wise "
-                                 "epilogue, softmax, convs with padding, bias and ReLU) a task of its own (no chain "
-                                 "fusion: intermediates in memory), trials_per_operator measured candidates each, "
-                                 "the chains of a group in one tune_tir run; timed as its operators in turn"
-                                 + ("" if ms_cfg["shapes"] is None else "; subset only")},
-        "shapes": rows,
+    sp = _speedups
+    return {
         "reference_geomean_vs_torch": geomean(sp(ref_rows, "torch")),
         "reference_min_vs_torch": min(sp(ref_rows, "torch"), default=None),
         "reference_geomean_vs_openblas": geomean(sp(ref_rows, "openblas")),
@@ -771,14 +799,67 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         "reference_gemm_geomean_vs_torch": geomean(sp([r for r in ref_rows if r["kind"] == "gemm"], "torch")),
         "conv_geomean_vs_torch": geomean(sp([r for r in ref_rows if r["kind"] == "conv"], "torch")),
         "memory_bound_geomean_vs_torch": geomean(sp(mem_rows, "torch")),
-        "attention_vs_sdpa": geomean(sp(mem_rows, "sdpa")),
+        "attention_vs_sdpa": geomean(sp(mem_rows, "sdpa"))}
+
+
+def _metaschedule_config(ctx: _Run) -> dict:
+    cfg = ctx.ms_cfg
+    return {"trials_per_operator": cfg["trials"], "num_trials_per_iter": cfg.get("per_iter", 4),
+            "timeout_s": cfg["timeout_s"], "search": cfg.get("search", "replay-trace"), "shapes": cfg["shapes"],
+            "runs": ctx.ms_runs, "tune_s": sum(r["tune_s"] for r in ctx.ms_runs), "group": cfg.get("group"),
+            "workers": cfg.get("workers", 1),
+            "note": "chain_fuser.metaschedule: every operator of a chain (GEMMs with their element-wise epilogue, "
+                    "softmax, convs with padding, bias and ReLU) a task of its own (no chain fusion: intermediates "
+                    "in memory), trials_per_operator measured candidates each, the chains of a group in one tune_tir "
+                    "run; timed as its operators in turn" + ("" if cfg["shapes"] is None else "; subset only")}
+
+
+def _metaschedule_summary(ctx: _Run, rows: list[dict]) -> dict:
+    sp = _speedups
+    return {
         "geomean_vs_metaschedule": geomean(sp(rows, "metaschedule")),
         "geomean_vs_metaschedule_by_group": {  # suite/kind
             g: geomean(sp([r for r in rows if f"{r['suite']}/{r['kind']}" == g], "metaschedule"))
             for g in ("reference/gemm", "reference/conv", "memory_bound/gemm", "memory_bound/attention")},
         "geomean_vs_metaschedule_why_none": (None if sp(rows, "metaschedule") else
                                              "; ".join(f"{', '.join(r['names'])}: {r['status']} ({r['tune_s']:.0f} s)"
-                                                       for r in ms_runs) or "MetaSchedule not run"),
+                                                       for r in ctx.ms_runs) or "MetaSchedule not run")}
+
+
+def _probe_summary(probe, floor: float, rows: list[dict]) -> dict | None:
+    if probe is None:
+        return None
+    return {
+        "floor_gflops": floor, "probes": probe.samples, "slow_probes": probe.slow, "cache_slow_probes": probe.cache_slow,
+        "cache_probe": None if probe.cache is None else {
+            "best_gbps": probe.cache.best, "floor": probe.cache.floor,
+            "note": "six 2 MB copies after each FMA probe; a probe counts as slow also when the FMA rate was fast but "
+                    "the copy ran below floor × its best (the shared cache contended by other tenants)"},
+        "slots": sum(r["probe"].get("slots", 0) for r in rows),
+        "retried_slots": sum(r["probe"].get("retried_slots", 0) for r in rows),
+        "waited_s": probe.waited_s, "wait_budget_s": probe.wait_budget_s, "gave_up": probe.exhausted,
+        "note": "every timed slot was preceded and followed by a ~0.2 ms FMA probe (and 2 MB cache copies); a slot "
+                "whose following probe ran below the floor (the shared machine's half-speed state, or its shared "
+                "cache contended) was timed again, until the waiting budget was spent (gave_up: later slots were "
+                "timed whatever the state)"}
+
+
+def _result(ctx: _Run, rows: list[dict], pinning, t_start: float, load_start) -> dict:
+    """The run's JSON before the final peak measurement (:func:`_final_peak` completes it)."""
+    from .kernel import unpinned_thread_pool
+
+    ms_runs, server = ctx.ms_runs, ctx.server
+    return {
+        "scale": ctx.scale, "threads": ctx.threads, "top_k": ctx.top_k, "repeat": ctx.repeat,
+        "winograd_tiles": list(ctx.winograd), "machine": ctx.machine, "reduced_at_this_scale": REDUCED.get(ctx.scale),
+        "fma_peak_gflops": ctx.peak_gflops, "fma_peak": ctx.peak,
+        "openblas": server.info if server is not None else None,
+        "openblas_note": "numpy in a child process without OPENBLAS_CORETYPE/OPENBLAS_L2_SIZE, timed interleaved "
+                         "with the other variants; softmax there is numpy's",
+        "metaschedule": _metaschedule_config(ctx),
+        "shapes": rows,
+        **_suite_summary(rows),
+        **_metaschedule_summary(ctx, rows),
         "geomean_fused_vs_unfused_same_microkernel": geomean([r.get("fused_vs_unfused") for r in rows]),
         "fused_vs_unfused_note": "the best fused kernel of the top K vs the unfused one (same micro kernel), as "
                                  "measured, whichever the pick kept; shapes where the pick kept the unfused kernel: "
@@ -795,21 +876,7 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             "gains_from_fusion": [r["name"] for r in rows if r["server_prediction"]["predicted_gain"] > 1.1],
             "no_gain": [r["name"] for r in rows if r["server_prediction"]["predicted_gain"] <= 1.1],
             "per_shape": {r["name"]: r["server_prediction"] for r in rows}},
-        "machine_probe": None if fma_probe is None else {
-            "floor_gflops": floor, "probes": fma_probe.samples, "slow_probes": fma_probe.slow,
-            "cache_slow_probes": fma_probe.cache_slow,
-            "cache_probe": None if fma_probe.cache is None else {
-                "best_gbps": fma_probe.cache.best, "floor": fma_probe.cache.floor,
-                "note": "six 2 MB copies after each FMA probe; a probe counts as slow also when the FMA rate was fast but "
-                        "the copy ran below floor × its best (the shared cache contended by other tenants)"},
-            "slots": sum(r["probe"].get("slots", 0) for r in rows),
-            "retried_slots": sum(r["probe"].get("retried_slots", 0) for r in rows),
-            "waited_s": fma_probe.waited_s, "wait_budget_s": fma_probe.wait_budget_s,
-            "gave_up": fma_probe.exhausted,
-            "note": "every timed slot was preceded and followed by a ~0.2 ms FMA probe (and 2 MB cache copies); a slot "
-                    "whose following probe ran below the floor (the shared machine's half-speed state, or its shared "
-                    "cache contended) was timed again, until the waiting budget was spent (gave_up: later slots were "
-                    "timed whatever the state)"},
+        "machine_probe": _probe_summary(ctx.fma_probe, ctx.floor, rows),
         "seconds": time.perf_counter() - t_start,
         # where the run's time went (the rest: the peak measurement, the child processes' start, the summary)
         "seconds_by_phase": {"metaschedule_tuning": sum(r["tune_s"] for r in ms_runs),
@@ -817,11 +884,19 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
         "load_avg_start": list(load_start),
         "load_avg_end": list(os.getloadavg()),
     }
-    # the peak again at the end: on a shared machine the best of the two is the closer to the real limit
+
+
+def _final_peak(ctx: _Run, result: dict) -> None:
+    """The peak measured again at the end (on a shared machine the best of the two is the closer to the real limit),
+    and every fraction divided by the run's best FMA rate (:func:`run_peak`)."""
+    from .peak import measure_fma_peak
+
+    rows, threads, cached_peak = result["shapes"], ctx.threads, ctx.cached_peak
+    ref_rows = [r for r in rows if r["suite"] == "reference"]
     peak2 = measure_fma_peak(save=True)
-    best = run_peak(peak_gflops, peak2["gflops"], probe_rates)
-    result["fma_peak_start_gflops"], result["fma_peak_end_gflops"] = peak_gflops, peak2["gflops"]
-    result["fma_peak_probe_max_gflops"] = max(probe_rates, default=None)
+    best = run_peak(ctx.peak_gflops, peak2["gflops"], ctx.probe_rates)
+    result["fma_peak_start_gflops"], result["fma_peak_end_gflops"] = ctx.peak_gflops, peak2["gflops"]
+    result["fma_peak_probe_max_gflops"] = max(ctx.probe_rates, default=None)
     result["fma_peak_cached_gflops"] = cached_peak
     result["fma_peak_gflops"] = best
     result["fma_peak_note"] = PEAK_NOTE
@@ -842,30 +917,38 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
     result["conv_algorithms"] = {r["name"]: r.get("algorithm", "direct") for r in ref_rows if r["kind"] == "conv"}
     result["reference_peak_fraction_vs_probe"] = geomean([r.get("peak_fraction_vs_probe", {}).get("ours")
                                                          for r in ref_rows])
-    # what any kernel could reach at most: the FMA peak over the baseline's measured rate, per shape (geomean).
-    # A target ratio above this ceiling is out of reach on this machine whatever the kernel.
-    result["ceilings"] = {
-        "note": "geomean over the suite of (FMA peak / the baseline's measured FLOP rate): the speed-up a kernel "
-                "running at 100 % of the peak would show doing the chain's own multiply-adds (Winograd kernels "
-                "do fewer: conv rows can pass the conv ceiling)",
-        "reference_vs_torch": geomean([1 / r["peak_fraction"]["torch"] for r in ref_rows
-                                       if r["peak_fraction"].get("torch")]),
-        "conv_vs_torch": geomean([1 / r["peak_fraction"]["torch"] for r in ref_rows
-                                  if r["kind"] == "conv" and r["peak_fraction"].get("torch")]),
-        "reference_vs_openblas": geomean([1 / r["peak_fraction"]["openblas"] for r in ref_rows
-                                          if r["peak_fraction"].get("openblas")]),
-        "vs_metaschedule": geomean([1 / r["peak_fraction"]["metaschedule"] for r in rows
-                                    if r["peak_fraction"].get("metaschedule")]),
-        "torch_reference_peak_fraction": geomean([r["peak_fraction"].get("torch") for r in ref_rows]),
-        "metaschedule_peak_fraction": geomean([r["peak_fraction"].get("metaschedule") for r in rows])}
+    result["ceilings"] = _ceilings(rows, ref_rows)
     result["reference_peak_fraction_cpu"] = geomean([r["peak_fraction_cpu"].get("ours") for r in ref_rows])
     result["cpu_time_note"] = ("*_cpu keys: the same runs measured in CPU time (all threads of the process, spin-waits "
                                "included; PyTorch's and OpenBLAS's in their own processes): robust to the other processes on a shared "
                                "machine; peak_fraction_cpu = GFLOP per CPU-second / (FMA peak / threads)")
-    for srv in (server, torch_server):
+
+
+def _ceilings(rows: list[dict], ref_rows: list[dict]) -> dict:
+    """What any kernel could reach at most: the FMA peak over the baseline's measured rate, per shape (geomean). A
+    target ratio above this ceiling is out of reach on this machine whatever the kernel."""
+    def inv(rs, k):
+        return geomean([1 / r["peak_fraction"][k] for r in rs if r["peak_fraction"].get(k)])
+
+    return {
+        "note": "geomean over the suite of (FMA peak / the baseline's measured FLOP rate): the speed-up a kernel "
+                "running at 100 % of the peak would show doing the chain's own multiply-adds (Winograd kernels "
+                "do fewer: conv rows can pass the conv ceiling)",
+        "reference_vs_torch": inv(ref_rows, "torch"),
+        "conv_vs_torch": inv([r for r in ref_rows if r["kind"] == "conv"], "torch"),
+        "reference_vs_openblas": inv(ref_rows, "openblas"),
+        "vs_metaschedule": inv(rows, "metaschedule"),
+        "torch_reference_peak_fraction": geomean([r["peak_fraction"].get("torch") for r in ref_rows]),
+        "metaschedule_peak_fraction": geomean([r["peak_fraction"].get("metaschedule") for r in rows])}
+
+
+def _restore(ctx: _Run, pinning, allowed, pin: bool, bind_before: str | None) -> None:
+    """The baselines' processes closed and the placement back (TVM's pool, configured pinned, stays so in this
+    process)."""
+    for srv in (ctx.server, ctx.torch_server):
         if srv is not None:
             srv.close()
-    if pinning and allowed:  # the placement back (TVM's pool, configured pinned, stays so in this process)
+    if pinning and allowed:
         for tid in [0, *pinning["other_threads"]]:
             try:
                 os.sched_setaffinity(tid, allowed)
@@ -876,7 +959,46 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
             os.environ.pop("TVM_BIND_THREADS", None)
         else:
             os.environ["TVM_BIND_THREADS"] = bind_before
-    atomic_write_text(out, json.dumps(result, indent=1, default=str))
+
+
+def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: str = "results/bench-chain_fuser.json",
+        only: list[str] | None = None, metaschedule: bool = True, openblas: bool = True, log=print,
+        ms_config: dict | None = None, pin: bool = True, probe: bool = True, torch_process: bool = True,
+        winograd: tuple[int, ...] = (2,), cache_probe: bool = True) -> dict:
+    """``torch_process``: PyTorch's variants run in a child process of their own (``TorchServer``); False times
+    them in this process. ``winograd``: the Winograd tile sizes ``tune`` tries on conv chains (the default
+    ``(2,)``: a direct conv's rounding error; ``(2, 4)`` adds the opt-in F(4×4, 3×3)). ``cache_probe``: the machine
+    probe also requires the shared cache uncontended (:class:`peak.CacheProbe`)."""
+    from shared_ir.benchkit import write_json
+
+    t_start = time.perf_counter()
+    load_start = os.getloadavg()  # the machine is shared: the load says how far wall-clock ratios can be trusted
+    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    bind_before = os.environ.get("TVM_BIND_THREADS")
+    if pin:  # TVM's worker on its own core; the caller is pinned off it once the other pools exist (below)
+        os.environ["TVM_BIND_THREADS"] = "1"
+    ctx = _start(scale, top_k, repeat, winograd, probe, cache_probe, log)
+    items = shapes(scale)
+    if only:
+        items = [it for it in items if it["name"] in only or it["suite"] in only]
+    _start_baselines(ctx, openblas, torch_process, pin)
+    ctx.ms_cfg = ms_config or METASCHEDULE[scale]
+    if metaschedule:
+        _tune_metaschedule(ctx, items)
+    pinning = _place_threads(ctx) if pin else None
+    prepared = []  # every row set up first, then timed round by round (time_round_robin)
+    for i, it in enumerate(items):
+        prepared.append(_prepare(ctx, it))
+        log(f"  set up {i + 1}/{len(items)}: {it['name']}")
+    time_round_robin([p.timer for p in prepared], ctx.repeat, log)
+    rows = []
+    for p in prepared:
+        rows.append(_row(ctx, p))
+        log(_row_line(rows[-1]))
+    result = _result(ctx, rows, pinning, t_start, load_start)
+    _final_peak(ctx, result)
+    _restore(ctx, pinning, allowed, pin, bind_before)
+    write_json(out, result)
     log(summary_table(result))
     return result
 
@@ -889,15 +1011,12 @@ REDUCED = {"small": "memory-bound chains 2k-8k (full: up to 8k x 8k), attention 
 
 
 def _machine(threads: int) -> dict:
-    """The machine the numbers were measured on: CPU model, threads used, cores seen, caches, vector width."""
+    """The machine the numbers were measured on (:func:`shared_ir.hostinfo.machine_record`: CPU, ISA, vector width
+    and registers, FMA pipes, clock, caches, peak), with the threads used and the CPUs seen."""
     from shared_ir import hostinfo
 
-    from .peak import _cpu_id
-
-    return {"cpu": _cpu_id(), "cpu_model": hostinfo.cpu_model(), "threads": threads,
-            "logical_cpus": os.cpu_count(), "usable_cores": hostinfo.num_cores(),
-            "vector_width_bits": hostinfo.vector_width_bits(), "frequency_hz": hostinfo.frequency_hz(),
-            "caches": hostinfo.caches(), "python": sys.version.split()[0]}
+    return {**hostinfo.machine_record(), "threads": threads, "logical_cpus": os.cpu_count(),
+            "usable_cores": hostinfo.num_cores(), "python": sys.version.split()[0]}
 
 
 def _shape_dict(spec) -> dict:

@@ -8,14 +8,17 @@ from typing import Any
 
 
 def cache_dir() -> str:
-    """``$CHAIN_FUSER_CACHE`` or ``~/.cache/chain_fuser``."""
-    d = os.environ.get("CHAIN_FUSER_CACHE") or os.path.join(os.path.expanduser("~"), ".cache", "chain_fuser")
-    os.makedirs(d, exist_ok=True)
-    return d
+    """``$CHAIN_FUSER_CACHE`` or ``~/.cache/chain_fuser`` (:func:`shared_ir.hostinfo.record_dir`: the host's peak
+    records live there too)."""
+    from shared_ir.hostinfo import record_dir
+
+    return record_dir()
 
 
 def hardware_key(device=None) -> str:
-    """A short hash of what the generated code depends on: the CPU model, vector width, cores and caches."""
+    """A short hash of what the generated code depends on: the CPU model, vector width, cores and caches. The
+    vector width is the ISA's (``$CHAIN_FUSER_ISA`` lowers the host's): kernels built for AVX2 and for AVX-512
+    never share a key."""
     from .hw import host_device
 
     dev = device or host_device()

@@ -81,20 +81,31 @@ def kernel_shape(spec: GemmChain, mk: MicroKernel) -> GemmKernelShape:
                            Lv, Nv)
 
 
-@functools.lru_cache(maxsize=4)
 def target(mcpu: str | None = None, cores: int | None = None):
-    """The LLVM target for this host: ``mcpu`` from LLVM's host detection, ``num-cores`` = usable cores."""
-    import tvm
-
+    """The LLVM target for this host: ``mcpu`` from LLVM's host detection (a CPU model without AVX-512 when
+    ``$CHAIN_FUSER_ISA`` caps the ISA below it, :func:`host_mcpu`), ``num-cores`` = usable cores."""
     from shared_ir.hostinfo import num_cores
 
-    if mcpu is None:
-        mcpu = _host_mcpu()
-    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": int(cores or num_cores())})
+    return _target(mcpu or host_mcpu(), int(cores or num_cores()))
 
 
-def _host_mcpu() -> str:
+@functools.lru_cache(maxsize=8)
+def _target(mcpu: str, cores: int):
     import tvm
+
+    return tvm.target.Target({"kind": "llvm", "mcpu": mcpu, "num-cores": cores})
+
+
+CAPPED_MCPU = {"avx2": "haswell", "sse": "x86-64-v2", "scalar": "x86-64"}
+"""LLVM CPU models for an ISA capped by ``$CHAIN_FUSER_ISA``: the oldest that have that level's vector features
+(Haswell: AVX2 and FMA, no AVX-512), so that nothing above the cap is generated."""
+
+
+@functools.lru_cache(maxsize=1)
+def _detected_mcpu() -> str:
+    import tvm
+
+    from shared_ir.hostinfo import detected_isa
 
     try:
         f = tvm.get_global_func("tvm.codegen.llvm.GetHostCPUName", allow_missing=True)
@@ -104,9 +115,34 @@ def _host_mcpu() -> str:
                 return name
     except Exception:  # pragma: no cover - depends on the LLVM build
         pass
-    from .hw import isa
+    return {"avx512": "skylake-avx512", "avx2": "haswell"}.get(detected_isa(), "x86-64")
 
-    return {"avx512": "skylake-avx512", "avx2": "haswell"}.get(isa(), "x86-64")
+
+def host_mcpu() -> str:
+    """The LLVM CPU model kernels are compiled for: LLVM's name for this host, or under an ISA cap
+    (:data:`shared_ir.hostinfo.ISA_ENV`) the model of :data:`CAPPED_MCPU`."""
+    from shared_ir.hostinfo import isa, isa_capped
+
+    if isa_capped():
+        return CAPPED_MCPU.get(isa(), "x86-64")
+    return _detected_mcpu()
+
+
+def compile_tir(mod, tgt=None, pipeline="default"):
+    """``tvm.tirx.build`` of ``mod`` for ``tgt`` (default :func:`target`): what ``tvm.build`` does, without its
+    deprecation warning printed on every compile (older TVMs without ``tirx``: ``tvm.build``, that warning
+    filtered)."""
+    import warnings
+
+    import tvm
+
+    tgt = tgt or target()
+    tirx = getattr(tvm, "tirx", None)
+    if tirx is not None and hasattr(tirx, "build"):
+        return tirx.build(mod, tgt, pipeline)
+    with warnings.catch_warnings():  # pragma: no cover - older TVM
+        warnings.filterwarnings("ignore", message="build is deprecated", category=DeprecationWarning)
+        return tvm.build(mod, target=tgt, pipeline=pipeline)
 
 
 # erf(x) ≈ x·P(x²)/Q(x²) on x clamped to [-4, 4] (Eigen's float32 approximation, the one TVM's fast_erf uses): max
@@ -714,6 +750,5 @@ def pipeline() -> str:
 
 
 def build(mod, tgt=None):
-    import tvm
-
-    return tvm.build(mod, target=tgt or target(), pipeline=pipeline())
+    """``mod`` compiled for ``tgt`` (default: :func:`target`) with this package's TIR pipeline."""
+    return compile_tir(mod, tgt or target(), pipeline())

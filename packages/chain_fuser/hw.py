@@ -1,24 +1,45 @@
 """The hardware as the chain model sees it: cache levels, vector ISA, cores, peak; from a shared_ir Device.
 
-Defaults to the ``host`` preset (detected from sysfs/procfs by shared_ir). ``server_device()`` is a many-core
-server used for predictions that can be checked on such a machine.
+Defaults to the ``host`` preset (detected by :mod:`shared_ir.hostinfo`, the one owner of the host's ISA, clock,
+FMA pipes and measured peak; ``$CHAIN_FUSER_ISA`` caps the ISA there). ``server_device()`` is the ``server64``
+preset, a many-core server used for predictions that can be checked on such a machine.
 """
 from __future__ import annotations
 
 import functools
-import json
-import os
 from typing import Any
 
 from .model import Level, MicroKernel
 
+_HOSTS: dict[str, list] = {}
+"""Every Device :func:`host_device` returned, per ISA: the host is known by identity (a ``host`` preset loaded
+elsewhere is a description like any other, with its declared clock)."""
 
-@functools.lru_cache(maxsize=1)
+
 def host_device():
-    """The host CPU as a shared_ir Device (``load_preset("host")``)."""
+    """The host CPU as a shared_ir Device (``load_preset("host")``) under the ISA in use; detected again when a
+    newly recorded FMA peak changes its ``peak_flops``."""
+    from shared_ir.hostinfo import isa, measured_peak_flops
+
+    return _host_device(isa(), measured_peak_flops())
+
+
+@functools.lru_cache(maxsize=None)
+def _host_device(isa_name: str, peak: float | None):
     from shared_ir.hardware import load_preset
 
-    return load_preset("host").host
+    dev = load_preset("host").host
+    _HOSTS.setdefault(isa_name, []).append(dev)
+    return dev
+
+
+def is_host(device) -> bool:
+    """Whether ``device`` is the detected host (under the ISA in use): the Device that :func:`host_device` gave."""
+    from shared_ir.hostinfo import isa
+
+    if device is host_device():
+        return True
+    return any(device is d for d in _HOSTS.get(isa(), ()))
 
 
 def resolve_device(device: Any = None):
@@ -41,22 +62,13 @@ def resolve_device(device: Any = None):
     raise ValueError(f"hardware {device.name!r} has no CPU device for chain_fuser")
 
 
+@functools.lru_cache(maxsize=1)
 def server_device():
-    """A many-core AVX-512 server (2 × 32 cores, 1 MiB L2/core, 2 × 128 MiB L3, 8-channel DDR5 per socket):
-    the machine the fusion predictions in the benchmark are stated for."""
-    from shared_ir.hardware import load_hardware
+    """The ``server64`` preset: a many-core AVX-512 server (2 × 32 cores, 1 MiB L2/core, 2 × 128 MiB L3, 8-channel
+    DDR5 per socket), the machine the fusion predictions in the benchmark are stated for."""
+    from shared_ir.hardware import load_preset
 
-    cores, f = 64, 2.6e9
-    return load_hardware({"name": "server64", "host": {
-        "name": "server64", "kind": "cpu",
-        "memory": [
-            {"name": "dram", "capacity_bytes": 512 << 30, "read_bandwidth_bytes_per_s": 400e9},
-            {"name": "l3", "capacity_bytes": 128 << 20, "read_bandwidth_bytes_per_s": 16 * f * 32, "instances": 2},
-            {"name": "l2", "capacity_bytes": 1 << 20, "read_bandwidth_bytes_per_s": 32 * f, "instances": cores},
-            {"name": "l1", "capacity_bytes": 48 << 10, "read_bandwidth_bytes_per_s": 128 * f,
-             "write_bandwidth_bytes_per_s": 64 * f, "instances": cores}],
-        "compute": {"name": "server64", "frequency_hz": f, "pe_cols": 16, "macs_per_cycle_per_pe": 2.0,
-                    "cores": cores, "vector_width_bits": 512}}}).host
+    return load_preset("server64").host
 
 
 def cores(device) -> int:
@@ -94,29 +106,27 @@ def l1_bandwidth(device) -> float:
 
 
 def clock_hz(device=None) -> float:
-    """The cores' clock while they run vector FMAs: for the host, what its measured FMA peak implies (peak over
-    cores × pipes × lanes × 2 flops); else the device's declared frequency.
+    """The cores' clock while they run vector FMAs: for the host, what its measured FMA peak implies
+    (:func:`shared_ir.hostinfo.fma_clock_hz`); else the device's declared frequency.
 
-    Why: the host's declared frequency is the nominal clock procfs reports (2.6 GHz here) while the cores boost
-    (the peak probe on Zen 5: 548 GFLOP/s = 2 cores × 2 pipes × 16 lanes × 2 × 4.28 GHz). The load ports and the
-    on-chip caches run at the boosted clock too; at the nominal one the model saw 8×16 blocks (9 loads per 8 FMAs)
-    and the caches' fill 1.65× slower than they are, against an FMA time taken from the measured peak."""
+    Why: the host's declared frequency is the nominal clock procfs reports (2.6 GHz here) while the cores boost.
+    The load ports and the on-chip caches run at the boosted clock too; at the nominal one the model saw 8×16 blocks
+    (9 loads per 8 FMAs) and the caches' fill 1.65× slower than they are, against an FMA time taken from the
+    measured peak."""
+    from shared_ir.hostinfo import fma_clock_hz
+
     dev = device or host_device()
     f = float(dev.compute.frequency_hz)
-    if dev is not host_device():
+    if not is_host(dev):
         return f
-    peak = measured_peak_flops()
-    if not peak:
-        return f
-    rec = peak_record() or {}
-    threads = rec.get("threads") or cores(dev)
-    lanes = rec.get("lanes") or vector_lanes(dev)
-    return peak / (threads * fma_pipes(saturating_accumulators(dev)) * lanes * 2)
+    return fma_clock_hz() or f
 
 
 def fma_pipes(saturating_accumulators: float) -> float:
     """Vector FMAs issued per cycle: the accumulators that saturate the pipes over the FMA's latency."""
-    return max(1.0, saturating_accumulators / FMA_LATENCY_CYCLES)
+    from shared_ir.hostinfo import fma_pipes as pipes
+
+    return pipes(saturating_accumulators)
 
 
 def clock_scale(device=None) -> float:
@@ -126,7 +136,8 @@ def clock_scale(device=None) -> float:
 
 
 def isa(device=None) -> str:
-    """``avx512`` or ``avx2`` (or ``scalar``) from the device's vector width."""
+    """``avx512`` or ``avx2`` (or ``scalar``) from the device's vector width (the host's is capped by
+    ``$CHAIN_FUSER_ISA``, see :data:`shared_ir.hostinfo.ISA_ENV`)."""
     bits = int((device or host_device()).compute.vector_width_bits)
     return "avx512" if bits >= 512 else "avx2" if bits >= 256 else "scalar"
 
@@ -140,9 +151,11 @@ def micro_kernels(device=None) -> list[MicroKernel]:
     the register file: 32 vector registers with AVX-512, 16 with AVX2). Widths of 1, 2 or 4 vectors: the packed
     operand panels of 3 vectors (48 floats) ran 10-25x slower than their neighbours in every kernel measured here
     (YOLO-1 4x48 199 ms vs 4x64 17 ms; Inception 7x48 41 ms vs 7x32 2.0 ms), so they are not offered."""
+    from shared_ir.hostinfo import vector_registers
+
     name = isa(device)
     lanes = vector_lanes(device)
-    regs = 32 if name == "avx512" else 16
+    regs = vector_registers(name)
     out = []
     for nv in (1, 2, 4):
         for mr in range(1, 17):
@@ -152,33 +165,13 @@ def micro_kernels(device=None) -> list[MicroKernel]:
     return out
 
 
-def _peak_cache_path() -> str:
-    from .cache import cache_dir
-
-    return os.path.join(cache_dir(), "fma_peak.json")
-
-
 def peak_record() -> dict | None:
-    """The FMA-peak record that :func:`chain_fuser.peak.measure_fma_peak` cached on disk, or None. Read once per
-    change of the file (its mtime): the planner asks for it for every micro kernel it scores."""
-    p = _peak_cache_path()
-    try:
-        mtime = os.stat(p).st_mtime_ns
-    except OSError:
-        return None
-    if _PEAK_RECORD.get("key") != (p, mtime):
-        try:
-            with open(p) as f:
-                rec = json.load(f)
-        except (OSError, ValueError):
-            rec = None
-        _PEAK_RECORD.update(key=(p, mtime), rec=rec)
-    return _PEAK_RECORD["rec"]
+    """The host's FMA-peak record (:func:`shared_ir.hostinfo.peak_record`: what :func:`chain_fuser.peak.
+    measure_fma_peak` measured, per ISA), or None."""
+    from shared_ir.hostinfo import peak_record as record
 
+    return record()
 
-_PEAK_RECORD: dict = {}
-
-FMA_LATENCY_CYCLES = 4  # of a vector FMA on every x86 core this targets (Skylake-SP and later, Zen 2 and later)
 
 DEFAULT_SATURATING_ACCUMULATORS = 8.0
 """Independent FMA chains that keep the vector FMA pipes busy (pipes × latency) where nothing was measured: two
@@ -188,27 +181,28 @@ pipes × 4 cycles, as on the server preset and Intel AVX-512 cores."""
 def saturating_accumulators(device=None, measured_only: bool = False) -> float | None:
     """Pipes × latency of the vector FMA, as measured by :func:`chain_fuser.peak.measure_fma_peak` on this host
     (peak over the one-accumulator rate); the default for other devices or when it was never measured."""
+    from shared_ir.hostinfo import measured_saturating_accumulators
+
     dev = device or host_device()
-    if dev is host_device():
-        v = (peak_record() or {}).get("saturating_accumulators")
+    if is_host(dev):
+        v = measured_saturating_accumulators()
         if v:
-            return float(v)
+            return v
     return None if measured_only else DEFAULT_SATURATING_ACCUMULATORS
 
 
 def measured_peak_flops(refresh: bool = False) -> float | None:
-    """The FMA peak measured by :func:`chain_fuser.peak.measure_fma_peak` and cached on disk, if any."""
-    rec = None if refresh else peak_record()
-    try:
-        return float(rec["gflops"]) * 1e9 if rec else None
-    except (KeyError, TypeError, ValueError):
-        return None
+    """The host's recorded FMA peak (:func:`shared_ir.hostinfo.measured_peak_flops`), if any."""
+    from shared_ir.hostinfo import measured_peak_flops as measured
+
+    return None if refresh else measured()
 
 
 def peak_flops(device=None) -> float:
-    """Measured FMA peak for the host when cached, else the device's declared/estimated peak."""
+    """Measured FMA peak for the host when recorded, else the device's declared/estimated peak: the same figure as
+    ``shared_ir.roofline.peak_flops`` of the host (its detection takes the recorded peak)."""
     dev = device or host_device()
-    if dev is host_device():
+    if is_host(dev):
         m = measured_peak_flops()
         if m:
             return m

@@ -168,7 +168,7 @@ def _spec_from_json(d: dict):
 def _child_main(argv: list[str]) -> None:
     """The tuning run (in the child): argv = [specs JSON, trials per op, output folder, candidates per round,
     search strategy, builder workers]; writes ``s<i>_<op>.so`` per chain ``i`` and operator, prints one JSON line."""
-    from .codegen import target
+    from .codegen import compile_tir, target
     from .kernel import import_tvm
 
     tvm = import_tvm()
@@ -200,7 +200,7 @@ def _child_main(argv: list[str]) -> None:
                 print(json.dumps({"error": f"{name}: no valid schedule after {trials} trials", "tune_s": tune_s}))
                 sys.exit(3)
             fn = sch.mod["main"].with_attr("global_symbol", "main")
-            tvm.build(tvm.IRModule({"main": fn}), target=target()).export_library(os.path.join(outdir, name + ".so"))
+            compile_tir(tvm.IRModule({"main": fn}), target()).export_library(os.path.join(outdir, name + ".so"))
     print(json.dumps({"tune_s": tune_s, "search": strategy}))
 
 
@@ -209,14 +209,14 @@ _CHILD = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); " \
 
 
 def _tune_group(specs, trials, timeout_s, per_iter, strategy, workers):
-    from .bench import _child_sys_path
+    from .child import child_sys_path
     from .kernel import import_tvm
 
     tvm = import_tvm()
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
         # its own session: on timeout the whole group (MetaSchedule's builder/runner workers too) is ended
-        p = subprocess.Popen([sys.executable, "-c", _CHILD, _child_sys_path(),
+        p = subprocess.Popen([sys.executable, "-c", _CHILD, child_sys_path(),
                               json.dumps([_spec_to_json(s) for s in specs]), str(trials), d, str(per_iter),
                               strategy, str(workers)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)

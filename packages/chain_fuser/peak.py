@@ -34,22 +34,30 @@ def _fma_loop(tvm, lanes: int, accumulators: int, iters: int, threads: int):
     """The compiled peak loop, its output tensor and the FLOPs of one call."""
     import numpy as np
 
-    from .codegen import target
+    from .codegen import compile_tir, target
 
-    mod = tvm.build(fma_kernel(lanes, accumulators, iters, threads), target=target())
+    mod = compile_tir(fma_kernel(lanes, accumulators, iters, threads), target())
     out = tvm.runtime.tensor(np.zeros((threads, lanes * accumulators), "float32"), tvm.cpu(0))
     return mod, out, 2.0 * threads * lanes * accumulators * iters
 
 
-def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accumulators: int = 24,
+def peak_accumulators() -> int:
+    """Independent accumulators of the peak loop: 24 of AVX-512's (or NEON's) 32 vector registers, 12 of AVX2's 16;
+    either covers 2 FMA pipes × 4+ cycles of latency with room to spare, and none spills."""
+    from shared_ir.hostinfo import vector_registers
+
+    return min(24, vector_registers() - 4)
+
+
+def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accumulators: int | None = None,
                      iters: int = 50_000, repeat: int = 40, rounds: int = 3, save: bool = True) -> dict:
-    """Measure and (by default) cache the FMA peak. Returns ``{"gflops", "threads", "lanes", ...}``.
+    """Measure and (by default) record the FMA peak (:func:`shared_ir.hostinfo.record_peak`, which keeps the best).
+    Returns ``{"gflops", "threads", "lanes", ...}``.
 
     The peak is the *best* of many short runs (``rounds`` × ``repeat`` runs of ``iters`` loop trips, ~0.2 ms each
     on idle cores): on a shared machine a short run often gets both cores to itself, a long one almost never, so
-    the best short run is the closest to the hardware's limit. 24 independent accumulators (of the 32 vector
-    registers) cover 2 FMA pipes × 4+ cycles of latency with room to spare."""
-    from shared_ir.hostinfo import num_cores
+    the best short run is the closest to the hardware's limit. ``accumulators``: :func:`peak_accumulators`."""
+    from shared_ir.hostinfo import cpu_id, isa, num_cores
 
     from .hw import vector_lanes
     from .kernel import import_tvm
@@ -57,6 +65,7 @@ def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accum
     tvm = import_tvm()
     threads = threads or num_cores()
     lanes = lanes or vector_lanes()
+    accumulators = accumulators or peak_accumulators()
     mod, out, flops = _fma_loop(tvm, lanes, accumulators, iters, threads)
     dev = tvm.cpu(0)
     ev = mod.time_evaluator("main", dev, number=1, repeat=repeat)
@@ -76,40 +85,12 @@ def measure_fma_peak(threads: int | None = None, lanes: int | None = None, accum
            "iters": iters, "seconds": best, "runs": len(runs),
            "median_gflops": flops / median / 1e9, "latency_bound_gflops": lat_gflops,
            "saturating_accumulators": round(flops / best / 1e9 / lat_gflops, 2),
-           "cpu": _cpu_id(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+           "cpu": cpu_id(), "isa": isa(), "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     if save:
-        from shared_ir import atomic_write_text
+        from shared_ir.hostinfo import record_peak
 
-        from .hw import _peak_cache_path, measured_peak_flops, peak_record
-
-        prev = measured_peak_flops()
-        # a peak is the best the machine did: a run on a busy machine must not lower it (refresh: delete the file)
-        if prev is None or res["gflops"] * 1e9 >= prev:
-            atomic_write_text(_peak_cache_path(), json.dumps(res, indent=1))
-        elif "saturating_accumulators" not in peak_record():
-            # a record from before this field existed: add it, keep the (higher) peak
-            rec = dict(peak_record())
-            rec.update({k: res[k] for k in ("latency_bound_gflops", "saturating_accumulators")})
-            atomic_write_text(_peak_cache_path(), json.dumps(rec, indent=1))
+        record_peak(res)
     return res
-
-
-def _cpu_id() -> str:
-    """The CPU's model name, family and model (Zen 4, family 25, runs a 512-bit FMA as two 256-bit halves: its
-    512-bit peak equals its 256-bit one; Zen 5, family 26, has full 512-bit pipes and twice the peak)."""
-    info: dict[str, str] = {}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                k, _, v = line.partition(":")
-                k = k.strip()
-                if k in ("model name", "cpu family", "model") and k not in info:
-                    info[k] = v.strip()
-                if len(info) == 3:
-                    break
-    except OSError:
-        return "unknown"
-    return f"{info.get('model name', '?')} (family {info.get('cpu family', '?')}, model {info.get('model', '?')})"
 
 
 def fma_peak_gflops(refresh: bool = False) -> float:
@@ -130,7 +111,7 @@ class FmaProbe:
     meet different states reports ratios of the machine, not of the kernels. The benchmark probes before and after
     each timed slot and times the slot again when the machine was slow (see ``bench.InterleavedTimer``)."""
 
-    def __init__(self, threads: int | None = None, iters: int = 20_000, accumulators: int = 24,
+    def __init__(self, threads: int | None = None, iters: int = 20_000, accumulators: int | None = None,
                  wait_budget_s: float = 120.0, cache: bool = False):
         """``wait_budget_s``: the most seconds all of ``wait_fast`` may wait, together; past it the probe stops
         gating (``exhausted``), so that a machine that stays slow makes the benchmark noisier, not hours long.
@@ -140,8 +121,8 @@ class FmaProbe:
         from .hw import vector_lanes
         from .kernel import import_tvm
 
-        mod, self._out, self._flops = _fma_loop(import_tvm(), vector_lanes(), accumulators, iters,
-                                                threads or num_cores())
+        mod, self._out, self._flops = _fma_loop(import_tvm(), vector_lanes(), accumulators or peak_accumulators(),
+                                                iters, threads or num_cores())
         self._f = mod["main"]
         self._f(self._out)  # warm-up: workers started
         self.samples = 0
@@ -252,7 +233,7 @@ def _core_rates(core: int, seconds: float, iters: int, calls: int, conn) -> None
     from .hw import vector_lanes
     from .kernel import import_tvm
 
-    mod, out, flops = _fma_loop(import_tvm(), vector_lanes(), 24, iters, 1)
+    mod, out, flops = _fma_loop(import_tvm(), vector_lanes(), peak_accumulators(), iters, 1)
     f = mod["main"]
     f(out)
     conn.send("ready")

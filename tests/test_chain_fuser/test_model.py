@@ -261,7 +261,7 @@ def test_micro_choice_follows_the_measured_fma_rate(monkeypatch):
     from chain_fuser.planner import block_work, choose_micro, micro_cycles, padded_flops
 
     spec = GemmChain(16, 256, 80, 80, 256)
-    dev = hw.resolve_device(None)
+    dev = hw.server_device()  # pinned: an AVX-512 description (16 lanes, 32 registers), whatever the host
     mks = {m.name: m for _, m in choose_micro(spec, dev, 2e11)[1]}
     wide, narrow = mks["avx512_8x32"], mks["avx512_8x16"]
     assert [(w, r) for _, w, r in block_work(spec, wide)] == [(32, 80), (32, 256), (16, 256)]  # GEMM 1; GEMM 2 by width
@@ -278,7 +278,7 @@ def test_padded_rows_cost_a_copy_and_steer_the_block_height():
     from chain_fuser.model import MicroKernel
     from chain_fuser.planner import choose_micro, padded_rows_copy_s
 
-    dev = hw.resolve_device(None)
+    dev = hw.server_device()  # pinned: an AVX-512 description (32 registers allow a 12-row block)
     spec = GemmChain(12, 256, 64, 64, 256)
     lanes = hw.vector_lanes(dev)
     six, eight = MicroKernel(6, 2 * lanes, lanes, hw.isa(dev)), MicroKernel(8, 2 * lanes, lanes, hw.isa(dev))
@@ -309,22 +309,28 @@ def test_top_k_measures_a_second_micro_kernel():
     assert len({p.micro.name for p in plan_chain(spec, top_k=2)}) == 1
 
 
-def test_host_clock_comes_from_the_measured_peak(monkeypatch):
+def test_host_clock_comes_from_the_measured_peak(tmp_path, monkeypatch):
     # the declared (procfs) clock is the nominal one; the peak probe's rate gives the clock the cores run FMAs at
     from chain_fuser import hw
 
+    from shared_ir import hostinfo
+
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))  # a record of this test's own
+    threads, lanes = hostinfo.num_cores(), hostinfo.vector_lanes()
+    rec = {"gflops": 512.0, "threads": threads, "lanes": lanes, "saturating_accumulators": 8.0,
+           "cpu": hostinfo.cpu_id()}
+    assert hostinfo.record_peak(rec)
     host = hw.host_device()
-    rec = {"gflops": 512.0, "threads": 2, "lanes": 16, "saturating_accumulators": 8.0}
-    monkeypatch.setattr(hw, "peak_record", lambda: rec)
-    assert hw.clock_hz(host) == pytest.approx(512e9 / (2 * 2 * 16 * 2))  # threads x pipes x lanes x 2 flops
+    clock = 512e9 / (threads * 2 * lanes * 2)  # threads x pipes x lanes x 2 flops
+    assert hw.clock_hz(host) == pytest.approx(clock)
     scale = hw.clock_scale(host)
-    assert scale == pytest.approx(4e9 / host.compute.frequency_hz)
+    assert scale == pytest.approx(clock / host.compute.frequency_hz)
     levels, mem = hw.model_levels(host), list(host.memory)
     assert levels[0].fill_bandwidth_bytes_per_s == pytest.approx(mem[0].total_read_bandwidth_bytes_per_s)  # DRAM
     for lv, src in zip(levels[1:], mem[1:]):
         assert lv.fill_bandwidth_bytes_per_s == pytest.approx(src.total_read_bandwidth_bytes_per_s * scale)
-    rec["saturating_accumulators"] = 4.0  # one pipe (Zen 4): the same rate means twice the clock
-    assert hw.clock_hz(host) == pytest.approx(8e9)
+    assert hostinfo.record_peak({**rec, "saturating_accumulators": 4.0})  # one pipe (Zen 4): twice the clock
+    assert hw.clock_hz(host) == pytest.approx(2 * clock)
     server = hw.server_device()  # not the host: its declared clock
     assert hw.clock_hz(server) == server.compute.frequency_hz and hw.clock_scale(server) == 1.0
 

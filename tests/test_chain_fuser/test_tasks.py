@@ -92,14 +92,14 @@ def test_metaschedule_baseline_operators_compute_the_chain(spec):
     # the unfused operators the MetaSchedule baseline tunes, built untuned (their TE as written) and wired as the
     # benchmark calls them: equal to eager PyTorch for every kind of chain
     import torch
-    from chain_fuser.codegen import target
+    from chain_fuser.codegen import compile_tir, target
     from chain_fuser.kernel import import_tvm, random_inputs, reference
     from chain_fuser.metaschedule import MetaScheduleChain, _prim_funcs, chain_ops
 
     tvm = import_tvm()
     funcs = _prim_funcs(spec)
     assert list(funcs) == [op.name for op in chain_ops(spec)]
-    libs = {n: tvm.build(tvm.IRModule({"main": f}), target=target()) for n, f in funcs.items()}
+    libs = {n: compile_tir(tvm.IRModule({"main": f}), target()) for n, f in funcs.items()}
     ins = random_inputs(spec)
     torch.testing.assert_close(MetaScheduleChain(libs, spec)(*ins), reference(spec, *ins), rtol=1e-4, atol=1e-5)
 

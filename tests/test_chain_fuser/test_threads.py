@@ -10,6 +10,7 @@ import pytest
 _CHILD = r"""
 import json, os, sys
 sys.path[:0] = json.loads(sys.argv[1])
+from chain_fuser.codegen import compile_tir
 from chain_fuser.kernel import import_tvm, thread_affinities, unpinned_thread_pool
 tvm = import_tvm()
 import numpy as np
@@ -19,7 +20,7 @@ A = te.placeholder((64, n), name="A")
 B = te.compute((64, n), lambda i, j: A[i, j] * 2.0, name="B")
 sch = s_tir.Schedule(te.create_prim_func([A, B]))
 sch.parallel(sch.get_loops(sch.get_sblock("B"))[0])
-f = tvm.build(sch.mod, target="llvm")
+f = compile_tir(sch.mod, "llvm")
 a = tvm.runtime.tensor(np.ones((64, n), "float32"))
 b = tvm.runtime.tensor(np.zeros((64, n), "float32"))
 for _ in range(5):
