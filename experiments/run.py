@@ -218,4 +218,7 @@ def main(cfg: DictConfig) -> dict | None:
 
 
 if __name__ == "__main__":
+    from .searchpath import register
+
+    register()
     main()

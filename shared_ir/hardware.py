@@ -4,14 +4,13 @@ Units are in the field names (``_bytes``, ``_hz``, ``_bytes_per_s``, ``_pj``, ``
 bytes/s; tools that count in words per cycle (Timeloop, TileFlow) convert with :meth:`MemoryLevel.read_words_per_cycle`.
 
 Load from YAML/JSON/dict/DictConfig with :func:`load_hardware` or by preset name with :func:`load_preset`
-(``experiments/conf/hardware/<name>.yaml``, which is also the Hydra config group ``hardware``). Every error is a
+(``shared_ir/presets/hardware/<name>.yaml``, which is also the Hydra config group ``hardware``). Every error is a
 :class:`HardwareError` naming the full field path and the offending value, e.g.
 ``devices[1].memory[0].capacity_bytes must be > 0, got -5``.
 """
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import math
 import os
@@ -711,17 +710,9 @@ def dump_hardware(system: System) -> dict[str, Any]:
 
 # --- presets ----------------------------------------------------------------------------------------------------
 def preset_dir() -> Path:
-    """``experiments/conf/hardware``, found without importing the experiments package."""
-    try:
-        spec = importlib.util.find_spec("experiments")
-    except (ImportError, ValueError):
-        spec = None
-    if spec is not None and spec.submodule_search_locations:
-        for loc in spec.submodule_search_locations:
-            p = Path(loc) / "conf" / "hardware"
-            if p.is_dir():
-                return p
-    return Path(__file__).resolve().parent.parent / "experiments" / "conf" / "hardware"
+    """``shared_ir/presets/hardware``: the presets are package data of shared_ir (the Hydra group ``hardware``
+    points here)."""
+    return Path(__file__).resolve().parent / "presets" / "hardware"
 
 
 def list_presets() -> list[str]:
@@ -730,7 +721,7 @@ def list_presets() -> list[str]:
 
 
 def load_preset(name: str) -> System:
-    """The preset ``experiments/conf/hardware/<name>.yaml`` as a System."""
+    """The preset ``shared_ir/presets/hardware/<name>.yaml`` as a System."""
     p = preset_dir() / f"{name}.yaml"
     if not p.is_file():
         raise HardwareError("preset", f": unknown hardware preset {name!r}; available: {list_presets()}", name)

@@ -10,12 +10,13 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 from experiments.config import RunConfig, WorkloadConfig
+from shared_ir.hardware import preset_dir
 
 from .common import CONF
 
 
 def _options(group: str) -> list[str]:
-    root = CONF / group
+    root = preset_dir() if group == "hardware" else CONF / group  # hardware presets are shared_ir's package data
     return sorted(str(p.relative_to(root).with_suffix("")) for p in root.rglob("*.yaml"))
 
 
