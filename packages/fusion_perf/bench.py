@@ -1,9 +1,8 @@
 """``python -m fusion_perf.bench [--scale small|full] [--jobs N]`` → ``results/bench-fusion_perf.json``.
 
 Keys: ``exact_fraction`` and ``n_random_mappings`` (random trees over GEMM chains, convolutions incl. 3x3→3x3
-chains, attention; per-level, per-tensor counts equal to the trace simulator's — the simulator lives in the test
-code, ``tests/test_fusion_perf/simulator.py``), ``us_per_eval`` (median µs of one fused-attention evaluation through
-the public API), ``evals_per_s_batched`` (one vectorised call over many factor assignments of one tree shape),
+chains, attention; per-level, per-tensor counts equal to the trace simulator's, ``fusion_perf.tracesim``),
+``us_per_eval`` (median µs of one fused-attention evaluation through the public API), ``evals_per_s_batched`` (one vectorised call over many factor assignments of one tree shape),
 ``attention_dse``: for the nine Bert/ViT attention shapes on edge_accel and cloud_accel, the best searched
 dataflow's cycles against layer-by-layer, FLAT at head granularity (``flat_hgran``, the baseline of the reference's
 1.8x, laid out as TileFlow's published FLAT mapping: heads over the buffer instances), a stronger FLAT-HGran whose
@@ -52,43 +51,11 @@ REDUCED = {"small": "exactness on 600 random trees (full: 2000); per template 24
                     "shapes (full: 3 seeds, all shapes, both archs)", "full": ""}
 
 
-TESTS_REL = os.path.join("tests", "test_fusion_perf")
-
-
-def _simulator():
-    """The trace simulator and random-tree generator from the checkout's ``tests/test_fusion_perf`` (the issue puts
-    the simulator in the test code). Looked up next to this package's source (editable install / repo checkout),
-    then under the current directory; loaded by file path so that an unrelated installed ``tests`` package cannot
-    shadow it. Returns None (with the reason) when no checkout with those tests is found."""
-    import importlib.util
-
-    here = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-    tried = []
-    for root in dict.fromkeys([here, os.getcwd()]):
-        d = os.path.join(root, TESTS_REL)
-        tried.append(d)
-        if not (os.path.isfile(os.path.join(d, "simulator.py")) and os.path.isfile(os.path.join(d, "randtree.py"))):
-            continue
-        mods = {}
-        for name in ("simulator", "randtree"):
-            spec = importlib.util.spec_from_file_location(f"_fusion_perf_bench_{name}", os.path.join(d, f"{name}.py"))
-            m = importlib.util.module_from_spec(spec)
-            spec.loader.exec_module(m)
-            mods[name] = m
-        r = mods["randtree"]
-        return (r.make_arch, r.random_problem, r.random_tree, mods["simulator"].simulate), d
-    return None, f"no {TESTS_REL}/simulator.py in {' or '.join(tried)} (run from a repository checkout)"
-
-
 def bench_exact(n: int, seed0: int = 10_000) -> dict:
     from .model import compile_tree, tree_factors
+    from .randtree import make_arch, random_problem, random_tree
+    from .tracesim import simulate
 
-    sim, where = _simulator()
-    if sim is None:
-        print(f"  EXACTNESS NOT CHECKED: the trace simulator lives in the repository's tests and is unavailable: "
-              f"{where}", flush=True)
-        return {"exact_fraction": None, "n_random_mappings": 0, "exactness_unavailable": where}
-    make_arch, random_problem, random_tree, simulate = sim
     ok, bad = 0, []
     t = time.perf_counter()
     for s in range(seed0, seed0 + n):
@@ -102,7 +69,7 @@ def bench_exact(n: int, seed0: int = 10_000) -> dict:
         else:
             bad.append(s)
     return {"exact_fraction": ok / n, "n_random_mappings": n, "inexact_seeds": bad[:20],
-            "exact_check_s": time.perf_counter() - t, "simulator": os.path.relpath(where)}
+            "exact_check_s": time.perf_counter() - t, "simulator": "fusion_perf.tracesim"}
 
 
 def attention_tree():
@@ -305,10 +272,7 @@ def main(argv=None) -> int:
     res["cpu_s"] = ru_self.ru_utime + ru_self.ru_stime + ru_kids.ru_utime + ru_kids.ru_stime
     res["load_average"] = list(os.getloadavg())
     print("\nsummary")
-    if res["exact_fraction"] is None:
-        print(f"  exact_fraction        NOT CHECKED ({res['exactness_unavailable']})")
-    else:
-        print(f"  exact_fraction        {res['exact_fraction']:.4f}  ({res['n_random_mappings']} mappings)")
+    print(f"  exact_fraction        {res['exact_fraction']:.4f}  ({res['n_random_mappings']} mappings)")
     print(f"  us_per_eval           {res['us_per_eval']:.0f}")
     print(f"  evals_per_s_batched   {res['evals_per_s_batched']:.0f}")
     for k, v in res["attention_dse"].items():

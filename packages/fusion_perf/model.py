@@ -1,6 +1,6 @@
 """The analytical model: exact data movement of a mapping tree by boundary deltas, then cycles and energy.
 
-Buffer semantics (what "exact" means; the trace simulator in ``tests/test_fusion_perf/simulator.py`` executes
+Buffer semantics (what "exact" means; the trace simulator ``fusion_perf.tracesim`` executes
 exactly this, element by element)
 ----------------------------------------------------------------------------------------------------------------
 * Loops. Each op's path from the root to its leaf gives its loop nest: the loops of every Tile node on the path,

@@ -3,9 +3,8 @@ import random
 
 import pytest
 from fusion_perf.model import compile_tree, tree_factors
-
-from .randtree import make_arch, random_problem, random_tree
-from .simulator import simulate
+from fusion_perf.randtree import make_arch, random_problem, random_tree
+from fusion_perf.tracesim import simulate
 
 
 def _check(seed: int):

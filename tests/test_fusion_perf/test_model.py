@@ -22,8 +22,7 @@ from fusion_perf import (
     load_mapping,
     tree_factors,
 )
-
-from .randtree import make_arch
+from fusion_perf.randtree import make_arch
 
 
 def _chain_tree(scope="sequential", l0="l0"):

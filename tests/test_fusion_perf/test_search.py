@@ -178,17 +178,6 @@ def test_compare_gives_every_template_the_same_budget():
     assert r["best_structure"] and r["cycles"][r["best"]] == min(r["cycles"].values())
 
 
-def test_bench_states_when_the_simulator_is_unavailable(monkeypatch, capsys):
-    from fusion_perf import bench
-
-    sim, where = bench._simulator()
-    assert sim is not None and where.endswith("test_fusion_perf")
-    monkeypatch.setattr(bench, "TESTS_REL", "no/such/tests")
-    r = bench.bench_exact(3)
-    assert r["exact_fraction"] is None and "no/such/tests" in r["exactness_unavailable"]
-    assert "NOT CHECKED" in capsys.readouterr().out
-
-
 def _root_loops(tree):
     from fusion_perf.mapping import Tile
 

@@ -1,4 +1,4 @@
-"""Reference trace simulator for fusion_perf (tests only; small sizes).
+"""Reference trace simulator for fusion_perf (small sizes): the exactness check of the tests and the benchmark.
 
 It executes the mapping tree loop by loop and point by point, keeps the actual set of elements held by every
 slot instance, and counts every transfer with the buffer semantics documented in ``fusion_perf.model``:
