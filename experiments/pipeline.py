@@ -461,8 +461,8 @@ def stage_chain_fuser(facts: ModelFacts, cfg: ChainFuserStage, out: Path) -> dic
 
     import chain_fuser
     import torch
-    from chain_fuser.bench import time_interleaved, torch_eager
     from chain_fuser.kernel import import_tvm, random_inputs, reference
+    from chain_fuser.timing import time_interleaved, torch_eager
 
     _need_attention(facts, "chain_fuser")
     chain, shape = facts.attention[0]
@@ -574,7 +574,7 @@ def stage_offload_trainer(facts: ModelFacts, cfg: OffloadStage, out: Path, label
 
 
 def stage_dynamic_batcher(facts: ModelFacts | None, cfg: BatcherStage, out: Path) -> dict[str, Any]:
-    from dynamic_batcher.bench import run_workload, set_clock
+    from dynamic_batcher.evaluation import run_workload, set_clock
 
     if cfg.hidden is None and (facts is None or not facts.attention):
         raise ValueError("dynamic_batcher: task.dynamic_batcher.hidden is null and the graph has no attention "

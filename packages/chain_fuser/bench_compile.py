@@ -1,6 +1,6 @@
 """``chain_fuser.compile`` on model blocks built from their configs (no downloads): eager PyTorch against the compiled
 module, interleaved, medians of repeats after warm-up, the same thread count. Eager runs in a child process with
-torch's own settings (``bench.TorchServer``), the compiled module in this one: timed in one process, each library's
+torch's own settings (``timing.TorchServer``), the compiled module in this one: timed in one process, each library's
 spinning thread pool took the cores from the other (eager ViT-B attention 28 ms instead of 1.3 ms right after
 compiled calls). A model that mixes both pays that price; see the README's "Round 8".
 
@@ -19,7 +19,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from .bench import geomean, time_interleaved
+from .bench import geomean
+from .timing import time_interleaved
 
 
 def blocks() -> list[dict[str, Any]]:
@@ -78,7 +79,7 @@ def run(out: str = "results/bench-chain_fuser-compile.json", only: list[str] | N
     from shared_ir.hostinfo import num_cores
 
     from . import compile as cf_compile
-    from .bench import TorchServer
+    from .timing import TorchServer
 
     threads = num_cores()
     torch.set_num_threads(threads)

@@ -164,15 +164,15 @@ EAGER_MARGIN = 0.03
 
 def measure_vs_eager(spec, kernel, use_cache: bool = True, repeat: int = 7) -> tuple[float, float]:
     """(fused ms, eager ms) of one chain on random inputs of its shape, timed as the benchmark times its variants
-    (``bench.time_interleaved``: interleaved repeats, each after untimed calls of the same variant, medians).
+    (``timing.time_interleaved``: interleaved repeats, each after untimed calls of the same variant, medians).
     Cached on disk with the tuning (a second compile measures nothing).
 
     Why the untimed calls: right after a torch call, torch's OpenMP workers spin on the cores (libgomp's default
     wait policy) and a TVM kernel started then runs at a fraction of its speed; timed back to back, a Mixer-S token
     MLP measured 3.99 ms fused against 0.58 ms eager, and 0.21 ms against 0.43 ms once each had the cores."""
     from . import cache
-    from .bench import time_interleaved
     from .kernel import _CODEGEN_VERSION, _WINOGRAD_VERSION, plan_signature, random_inputs, reference
+    from .timing import time_interleaved
 
     extra = () if kernel.algorithm == "direct" else (kernel.algorithm, _WINOGRAD_VERSION)
     key = cache.entry_key("vs_eager_warm", spec.key, plan_signature(kernel.plan), kernel.fused,

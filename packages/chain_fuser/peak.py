@@ -109,7 +109,7 @@ class FmaProbe:
     the samples, in whole-second runs; the host's placement of the vCPUs, not this process). A timed slot that
     falls into such a stretch runs every kernel at half speed, whichever it is, and a benchmark row whose variants
     meet different states reports ratios of the machine, not of the kernels. The benchmark probes before and after
-    each timed slot and times the slot again when the machine was slow (see ``bench.InterleavedTimer``)."""
+    each timed slot and times the slot again when the machine was slow (see ``timing.InterleavedTimer``)."""
 
     def __init__(self, threads: int | None = None, iters: int = 20_000, accumulators: int | None = None,
                  wait_budget_s: float = 120.0, cache: bool = False):

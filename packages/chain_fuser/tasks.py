@@ -32,8 +32,8 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
 
     from shared_ir.hostinfo import num_cores
 
-    from .bench import TorchServer
     from .peak import fma_peak_gflops
+    from .timing import TorchServer
 
     torch.set_num_threads(num_cores())
     dev = _device_or_none(hardware)
@@ -58,9 +58,9 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
 
 
 def _suite_row(name: str, spec, cfg: ChainsExperiment, server, dev, peak: float) -> dict:
-    from .bench import SelfTimed, time_interleaved, torch_eager
     from .kernel import build_kernel, random_inputs, tune
     from .planner import predict_fusion_gain
+    from .timing import SelfTimed, time_interleaved, torch_eager
 
     ins = random_inputs(spec)
     k, rep = tune(spec, top_k=cfg.top_k, winograd=tuple(cfg.winograd))
@@ -108,7 +108,7 @@ def _write_suite(suite: str, rows: list[dict], cfg: ChainsExperiment, out_dir: s
             "geomean_peak_fraction": geomean([r["peak_fraction"] for r in rows]),
             "table": f"{suite}.csv", "plot": f"{suite}.png" if cfg.plots else None,
             "speedups_vs_torch": {r["shape"]: round(r["speedup_vs_torch"], 3) for r in rows},
-            "torch_timed_in": "this process" if cfg.torch_in_process else "a child process (bench.TorchServer)"}
+            "torch_timed_in": "this process" if cfg.torch_in_process else "a child process (timing.TorchServer)"}
 
 
 def _plot(rows: list[dict], suite: str, path: str) -> None:

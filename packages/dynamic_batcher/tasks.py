@@ -98,7 +98,7 @@ def run_workloads(hardware: Any = None, workload: Any = None, out_dir: str = "."
     """Benchmark the given workloads; writes throughput.csv, batches.csv, bench.json and two plots."""
     from shared_ir import atomic_write_text
 
-    from .bench import run_workload, set_clock, summarize
+    from .evaluation import run_workload, set_clock, summarize
 
     cfg = BenchConfig(**params)
     set_clock(cfg.clock)
@@ -125,7 +125,7 @@ def sweep(hardware: Any = None, workload: Any = None, out_dir: str = ".", **para
     """Grid over batch × hidden for the given workloads; writes sweep_throughput.csv, sweep_batches.csv, plots."""
     import matplotlib
 
-    from .bench import run_workload, set_clock
+    from .evaluation import run_workload, set_clock
 
     cfg = SweepConfig(**params)
     set_clock(cfg.clock)

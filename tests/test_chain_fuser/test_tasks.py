@@ -170,8 +170,8 @@ def test_the_cache_probe_gates_the_machine_probe_when_the_shared_cache_is_slow()
 
 
 def test_fma_probe_stops_gating_when_its_waiting_budget_is_spent():
-    from chain_fuser.bench import time_interleaved
     from chain_fuser.peak import FmaProbe
+    from chain_fuser.timing import time_interleaved
 
     p = FmaProbe(iters=2000, wait_budget_s=0.05)
     assert not p.exhausted
@@ -186,7 +186,7 @@ def test_fma_probe_stops_gating_when_its_waiting_budget_is_spent():
 
 
 def test_slots_in_a_slow_state_are_timed_again():
-    from chain_fuser.bench import PROBE_RETRIES, time_interleaved
+    from chain_fuser.timing import PROBE_RETRIES, time_interleaved
 
     class Flaky:  # slow after every second slot
         samples = slow = 0
@@ -210,10 +210,10 @@ def test_slots_in_a_slow_state_are_timed_again():
 
 
 def test_round_robin_timing_keeps_a_contended_stretch_out_of_every_rows_median(monkeypatch):
-    from chain_fuser import bench
+    from chain_fuser import timing
 
-    monkeypatch.setattr(bench, "WARM_S", 0.0)
-    monkeypatch.setattr(bench, "POOL_SETTLE_S", 0.0)
+    monkeypatch.setattr(timing, "WARM_S", 0.0)
+    monkeypatch.setattr(timing, "POOL_SETTLE_S", 0.0)
 
     def machine(slow_slots: range):
         """Variants that sleep 1 ms a call, 3 ms during a stretch of timed slots (counted across all rows)."""
@@ -239,36 +239,36 @@ def test_round_robin_timing_keeps_a_contended_stretch_out_of_every_rows_median(m
     rows, rounds = 4, 5
     # row after row: the stretch covers all of row 1's slots
     call, probe = machine(range(rounds, 2 * rounds))
-    timers = [bench.InterleavedTimer({"ours": call}, rounds, 1e-9, probe=probe) for _ in range(rows)]
+    timers = [timing.InterleavedTimer({"ours": call}, rounds, 1e-9, probe=probe) for _ in range(rows)]
     for t in timers:
         for _ in range(rounds):
             t.round()
     assert [t.medians()["ours"] > 2 for t in timers] == [False, True, False, False]
     # round robin: the same stretch (as many slots) covers about one round of each row, and no row's median
     call, probe = machine(range(rounds, 2 * rounds))
-    timers = [bench.InterleavedTimer({"ours": call}, rounds, 1e-9, probe=probe) for _ in range(rows)]
+    timers = [timing.InterleavedTimer({"ours": call}, rounds, 1e-9, probe=probe) for _ in range(rows)]
     lines: list = []
-    bench.time_round_robin(timers, rounds, log=lines.append)
+    timing.time_round_robin(timers, rounds, log=lines.append)
     assert all(t.rounds == rounds and len(t.runs["ours"]) == rounds for t in timers)
     assert all(t.medians()["ours"] < 2 for t in timers) and len(lines) == rounds
 
 
 def test_every_slot_is_warmed_up_for_a_while_before_it_is_timed(monkeypatch):
-    from chain_fuser import bench
+    from chain_fuser import timing
 
     calls = []
-    bench.warm_up(lambda: calls.append(1), 0.0)
+    timing.warm_up(lambda: calls.append(1), 0.0)
     assert calls == [1]  # at least one call, even with no time
     t = time.perf_counter()
-    bench.warm_up(lambda: calls.append(1), 0.02)
+    timing.warm_up(lambda: calls.append(1), 0.02)
     assert time.perf_counter() - t >= 0.02 and len(calls) > 2
 
-    monkeypatch.setattr(bench, "WARM_S", 0.0)
+    monkeypatch.setattr(timing, "WARM_S", 0.0)
     cold: list = []
-    bench.time_interleaved({"a": lambda: cold.append(1)}, repeat=2, budget_s=1e-9)
-    monkeypatch.setattr(bench, "WARM_S", 0.01)
+    timing.time_interleaved({"a": lambda: cold.append(1)}, repeat=2, budget_s=1e-9)
+    monkeypatch.setattr(timing, "WARM_S", 0.01)
     warm: list = []
-    bench.time_interleaved({"a": lambda: (warm.append(1), time.sleep(1e-4))}, repeat=2, budget_s=1e-9)
+    timing.time_interleaved({"a": lambda: (warm.append(1), time.sleep(1e-4))}, repeat=2, budget_s=1e-9)
     # cold: 2 calibration slots + 2 timed slots, one warm-up call and one timed call each; warm: 10 ms of calls each
     assert len(cold) == 8 and len(warm) > 4 * len(cold)
 
@@ -291,8 +291,8 @@ def test_bench_compile_writes_rows_and_csv(tmp_path, monkeypatch):
 
 def test_torch_server_times_torch_in_its_own_process(monkeypatch):
     """PyTorch's baseline runs in a child with torch's own wait policy, whatever this process set for its torch."""
-    from chain_fuser.bench import SelfTimed, TorchServer
     from chain_fuser.spec import ConvChain, GemmChain
+    from chain_fuser.timing import SelfTimed, TorchServer
 
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
     srv = TorchServer(1)

@@ -1,0 +1,52 @@
+"""PyTorch eager (and SDPA) as a benchmark baseline in a process of its own, with torch's own thread defaults:
+``python -m chain_fuser.torch_server THREADS pin|free``, driven by :class:`chain_fuser.timing.TorchServer`."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+
+def setup(j):
+    from .kernel import random_inputs
+    from .spec import ConvChain, GemmChain
+    from .timing import torch_eager, torch_sdpa
+
+    spec = (GemmChain if j["kind"] == "gemm" else ConvChain)(**j["fields"])
+    return (torch_sdpa if j["variant"] == "sdpa" else torch_eager)(spec, random_inputs(spec))
+
+
+def setup_block(j):
+    """A model block of :func:`chain_fuser.bench_compile.blocks`, built with a fixed seed."""
+    import torch
+
+    from .bench_compile import blocks
+
+    torch.manual_seed(0)
+    module, ins = [b for b in blocks() if b["name"] == j["block"]][0]["build"]()
+    module.eval()
+
+    def f(module=module, ins=ins):
+        with torch.no_grad():
+            return module(*ins)
+
+    return f
+
+
+def main(argv: list[str]) -> None:
+    import torch
+
+    from .timing import child_place_threads, child_serve, malloc_steady_state
+
+    torch.set_num_threads(int(argv[0]))
+    malloc_steady_state()
+    placement = None
+    if argv[1] == "pin":  # torch's OpenMP workers exist after a first call
+        placement = child_place_threads(lambda: torch.mm(torch.ones(256, 256), torch.ones(256, 256)))
+    print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
+                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "placement": placement}), flush=True)
+    child_serve({"setup": setup, "setup_block": setup_block})
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
