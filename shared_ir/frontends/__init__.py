@@ -6,10 +6,10 @@ The data-movement op builders both frontends use (strided slices, broadcasts, ne
 """
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from ..ops import expand_op, select_op, slice_op, strided_view, upsample_nearest_op  # noqa: F401  (re-exported)
+from .trace import user_frame  # noqa: F401  (re-exported)
 
 
 def from_torch(module: Any, example_inputs: Any, name: str | None = None, **kw: Any):
@@ -24,20 +24,6 @@ def from_onnx(path_or_model: Any, name: str | None = None, **kw: Any):
     from .onnx_frontend import from_onnx as _f
 
     return _f(path_or_model, name=name, **kw)
-
-
-_FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
-
-
-def user_frame(stack_trace: str | None) -> str | None:
-    """``file:line in fn`` of the first frame of a traceback string outside torch's own sources."""
-    if not stack_trace:
-        return None
-    for m in _FRAME.finditer(stack_trace):
-        f = m.group(1)
-        if "/torch/" not in f and "/torch\\" not in f:
-            return f"{f}:{m.group(2)} in {m.group(3)}"
-    return None
 
 
 __all__ = ["from_torch", "from_onnx", "strided_view", "slice_op", "select_op", "expand_op", "upsample_nearest_op"]

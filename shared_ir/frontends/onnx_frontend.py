@@ -24,7 +24,7 @@ from ..dtypes import DType
 from ..errors import IRError, UnsupportedOpError
 from ..graph import Graph
 from ..op import Op, Tensor, TensorRole
-from . import expand_op, select_op, slice_op, strided_view, upsample_nearest_op
+from ..ops import expand_op, select_op, slice_op, strided_view, upsample_nearest_op
 from .torch_fx import UNARY_FLOPS, _retag
 
 _ONNX_DTYPES = {1: DType.float32, 10: DType.float16, 16: DType.bfloat16, 11: DType.float64, 3: DType.int8,

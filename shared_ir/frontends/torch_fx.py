@@ -30,7 +30,8 @@ from ..dtypes import DType
 from ..errors import IRError, UnsupportedOpError
 from ..graph import Graph
 from ..op import Op, Tensor, TensorRole
-from . import expand_op, select_op, slice_op, strided_view, upsample_nearest_op, user_frame
+from ..ops import expand_op, select_op, slice_op, strided_view, upsample_nearest_op
+from .trace import user_frame
 
 # FLOPs per element of elementwise functions (rough, for rooflines; MACs are what the zoo checks).
 UNARY_FLOPS = {"relu": 1, "relu6": 1, "gelu": 8, "silu": 4, "sigmoid": 4, "tanh": 4, "hardswish": 3,

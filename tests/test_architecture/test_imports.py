@@ -1,14 +1,19 @@
-"""No import cycle inside soc_mapper, dynamic_batcher or offload_trainer, counting the imports inside functions
-too (a deferred import hides a cycle from Python, not from a reader: the modules still depend on each other)."""
+"""The tree's architecture: shared_ir at the bottom, the five packages beside each other, experiments on top.
+
+No import goes back up or sideways, nothing imports test code or a package's benchmark script from outside it, and
+no package has an import cycle, counting the imports inside functions too (a deferred import hides a cycle from
+Python, not from a reader: the modules still depend on each other)."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
 import pytest
-import soc_mapper
 
-PACKAGES = Path(soc_mapper.__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
+PACKAGES = REPO / "packages"
+FIVE = ["offload_trainer", "soc_mapper", "chain_fuser", "dynamic_batcher", "fusion_perf"]
+ROOTS = {"shared_ir": REPO, "experiments": REPO, **{p: PACKAGES for p in FIVE}}
 
 
 def _modules(pkg: str, root: Path) -> dict[str, Path]:
@@ -76,6 +81,32 @@ def test_the_cycle_finder_finds_a_deferred_cycle(tmp_path):
     assert import_cycles("cyc", tmp_path) == [["cyc.a", "cyc.b"]]
 
 
-@pytest.mark.parametrize("pkg", ["soc_mapper", "dynamic_batcher", "offload_trainer"])
+@pytest.mark.parametrize("pkg", list(ROOTS))
 def test_no_import_cycle(pkg):
-    assert import_cycles(pkg) == []
+    assert import_cycles(pkg, ROOTS[pkg]) == []
+
+
+def _absolute_imports(path: Path) -> set[str]:
+    """Every absolute module name ``path`` imports anywhere in its body."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.add(node.module)
+            out.update(f"{node.module}.{a.name}" for a in node.names)
+    return out
+
+
+@pytest.mark.parametrize("pkg", list(ROOTS))
+def test_imports_go_down_only(pkg):
+    allowed = {"shared_ir": {"shared_ir"}, "experiments": set(ROOTS)}.get(pkg, {"shared_ir", pkg})
+    bad = []
+    for mod, path in _modules(pkg, ROOTS[pkg]).items():
+        for name in _absolute_imports(path):
+            top = name.split(".")[0]
+            if top == "tests" or (top in ROOTS and top not in allowed):
+                bad.append(f"{path.relative_to(REPO)} imports {name}")
+            elif pkg == "experiments" and top in FIVE and name.split(".")[1:2] == ["bench"]:
+                bad.append(f"{path.relative_to(REPO)} imports the benchmark script {name}")
+    assert not bad, "\n".join(bad)
