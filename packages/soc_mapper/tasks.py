@@ -17,14 +17,16 @@ from .config import RunConfig
 from .cost import cost_table
 from .report import schedule_rows, write_gantt, write_schedule_csv
 from .soc import soc_from_system
-from .workload import load_mix
+from .workload import load_user_mix
 
 
-def run_mix(hardware: Any = None, workload: Any = None, out_dir: str = ".", mix: str = "mixed1",
+def run_mix(hardware: Any = None, workload: Any = None, out_dir: str = ".", mix: Any = "mixed1",
             algorithms: list[str] | None = None, time_budget_s: float = 20.0, seed: int = 0,
             bandwidth: float | None = None, copies: int | None = None, ga: dict | None = None,
             magma: dict | None = None, h2h: dict | None = None, gantt: bool = True) -> dict:
-    """Map ``mix`` on ``hardware`` (a hardware config dict; default the soc_small preset)."""
+    """Map ``mix`` on ``hardware`` (a hardware config dict; default the soc_small preset). ``mix``: a reference mix
+    name, or the user's own models: a list of zoo names, graph files (.yaml/.json/.onnx) or mappings
+    ``{model|path, kwargs, copies, name}`` (:func:`soc_mapper.workload.load_user_mix`)."""
     kw: dict[str, Any] = dict(time_budget_s=time_budget_s, seed=seed, bandwidth=bandwidth, copies=copies)
     if algorithms is not None:
         kw["algorithms"] = list(algorithms)
@@ -35,7 +37,11 @@ def run_mix(hardware: Any = None, workload: Any = None, out_dir: str = ".", mix:
     from .algorithms import ALGORITHMS
 
     soc = soc_from_system(hardware if hardware is not None else "soc_small", rc.bandwidth)
-    w = load_mix(mix, copies=rc.copies)
+    if not isinstance(mix, str) and hasattr(mix, "items"):
+        mix = dict(mix)
+    elif not isinstance(mix, str):
+        mix = [dict(e) if hasattr(e, "items") else e for e in mix]  # Hydra ListConfig/DictConfig -> plain
+    w = load_user_mix(mix, copies=rc.copies)
     cost = cost_table(w, soc)
     os.makedirs(out_dir, exist_ok=True)
     results: dict[str, dict] = {}
@@ -48,7 +54,7 @@ def run_mix(hardware: Any = None, workload: Any = None, out_dir: str = ".", mix:
                            schedule_rows(w, soc, cost, r.plan, r.result))
         if gantt:
             write_gantt(os.path.join(out_dir, f"gantt_{name}.png"), w, soc, r.plan, r.result,
-                        f"{mix} on {soc.name} ({soc.nn_bandwidth / 1e9:.1f} GB/s): {name}, "
+                        f"{w.name} on {soc.name} ({soc.nn_bandwidth / 1e9:.1f} GB/s): {name}, "
                         f"{r.result.latency * 1e3:.3f} ms, {r.result.energy * 1e3:.3f} mJ")
     buf = io.StringIO()
     wr = csv.writer(buf)
@@ -57,7 +63,7 @@ def run_mix(hardware: Any = None, workload: Any = None, out_dir: str = ".", mix:
         wr.writerow([name, f"{r['latency_s'] * 1e3:.4f}", f"{r['energy_j'] * 1e3:.4f}", f"{r['pe_occupancy']:.4f}",
                      f"{r['search_s']:.2f}"])
     atomic_write_text(os.path.join(out_dir, "summary.csv"), buf.getvalue())
-    summary: dict[str, Any] = {"mix": mix, "soc": soc.name, "nn_bandwidth": soc.nn_bandwidth, "layers": len(w),
+    summary: dict[str, Any] = {"mix": mix if isinstance(mix, str) else w.name, "soc": soc.name, "nn_bandwidth": soc.nn_bandwidth, "layers": len(w),
                                "time_budget_s": rc.time_budget_s, "seed": rc.seed, "algorithms": results}
     if "comb" in results:
         for base in ("magma", "h2h", "magma_1stream_comb_ga", "h2h_wave_greedy"):

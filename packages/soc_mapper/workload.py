@@ -256,3 +256,66 @@ def load_mix(mix: str, copies: int | None = None, elem_bytes: int = 1,
         g = models[m] if models is not None and m in models else zoo_graph(m, **kw)
         spec.append((m, g, c))
     return build_workload(spec, name=mix if copies is None else f"{mix}x{copies}", elem_bytes=elem_bytes)
+
+
+_GRAPH_SUFFIXES = (".yaml", ".yml", ".json", ".onnx")
+
+
+def _graph_file(path: str, where: str) -> Graph:
+    import os
+
+    if not os.path.isfile(path):
+        raise MapperError(where, f"no graph file {path!r}", path)
+    if path.lower().endswith(".onnx"):
+        from shared_ir.frontends import from_onnx
+
+        return from_onnx(path)
+    return Graph.load(path)
+
+
+def _mix_entry(e: object, where: str, copies: int | None) -> tuple[str, Graph, int]:
+    """(label, graph, copies) of one entry of a user's mix: a zoo name, a graph file, or a mapping
+    ``{model: <zoo name>, kwargs: {...}, copies: n}`` / ``{path: <file>, name: <label>, copies: n}``."""
+    from shared_ir.zoo import MODELS
+
+    d = dict(e) if isinstance(e, Mapping) else ({"path": e} if str(e).lower().endswith(_GRAPH_SUFFIXES)
+                                               else {"model": e})
+    unknown = sorted(set(d) - {"model", "kwargs", "copies", "path", "name"})
+    if unknown or ("model" in d) == ("path" in d):
+        raise MapperError(where, "must be a zoo model name, a graph file (.yaml/.json/.onnx) or a mapping with "
+                                 f"`model` (and `kwargs`) or `path`, and optionally `copies`/`name`; got {e!r}", e)
+    n = d.get("copies", copies if copies is not None else 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise MapperError(f"{where}.copies", f"must be an integer >= 1, got {n!r}", n)
+    if "path" in d:
+        g = _graph_file(str(d["path"]), f"{where}.path")
+        return str(d.get("name") or g.name), g, n
+    name = str(d["model"])
+    if name not in MODELS:
+        raise MapperError(where, f"unknown zoo model {name!r}; known: {sorted(MODELS)} (or give a graph file)", name)
+    return str(d.get("name") or name), zoo_graph(name, **dict(d.get("kwargs") or {})), n
+
+
+def load_user_mix(mix: str | Sequence[object], copies: int | None = None, elem_bytes: int = 1,
+                  where: str = "task.mix") -> Workload:
+    """A reference mix by name (:data:`MIXES`), or the user's own: a list of zoo model names, graph files
+    (shared_ir YAML/JSON or ONNX) or mappings (see :func:`_mix_entry`); ``copies`` is each entry's default count
+    (1 when not given). A single model name or file is a one-model mix."""
+    if isinstance(mix, str) and mix in MIXES:
+        return load_mix(mix, copies=copies, elem_bytes=elem_bytes)
+    entries = [mix] if isinstance(mix, (str, Mapping)) else list(mix)
+    if not entries:
+        raise MapperError(where, f"needs at least one model (or a reference mix: {sorted(MIXES)})", mix)
+    if isinstance(mix, str) and not mix.lower().endswith(_GRAPH_SUFFIXES):
+        from shared_ir.zoo import MODELS
+
+        if mix not in MODELS:
+            raise MapperError(where, f"unknown mix {mix!r}: a reference mix {sorted(MIXES)}, a zoo model "
+                                     f"{sorted(MODELS)}, a graph file, or a list of those", mix)
+    spec = [_mix_entry(e, f"{where}[{i}]" if not isinstance(mix, (str, Mapping)) else where, copies)
+            for i, e in enumerate(entries)]
+    labels = [lab for lab, _, _ in spec]
+    dup = sorted({lab for lab in labels if labels.count(lab) > 1})
+    if dup:
+        raise MapperError(where, f"models {dup} appear twice: give one entry with `copies`, or a `name` each", dup)
+    return build_workload(spec, name="+".join(labels), elem_bytes=elem_bytes)
