@@ -10,8 +10,11 @@ from shared_ir.errors import ValidationError
 class ChainsExperiment:
     """Parameters of ``experiment=chain_fuser/gemm_chains`` and ``chain_fuser/conv_chains``."""
 
-    shapes: list[str] | None = None
-    """Shape names of the suite to run (null: all of them)."""
+    shapes: list | None = None
+    """Shapes to run (null: the whole suite): names of the suite's shapes and/or your own chains as mappings of
+    the spec's fields, e.g. ``{batch: 4, M: 384, N: 96, K: 96, L: 384}`` (a GemmChain; ``glue: softmax`` makes it
+    attention) or ``{N: 1, C: 64, H: 56, W: 56, K1: 64, R1: 3, S1: 3, K2: 64, R2: 1, S2: 1, glue: relu}`` (a
+    ConvChain), with an optional ``name``."""
     top_k: int = 4
     """Plans of the model compiled and timed per shape (measured re-ranking)."""
     repeat: int = 5
@@ -52,6 +55,36 @@ class ChainsExperiment:
                                   f"{self.winograd!r}", self.winograd)
         self.winograd = tiles
         if self.shapes is not None:
-            if isinstance(self.shapes, str) or not all(isinstance(s, str) for s in self.shapes):
-                raise ValidationError("task.shapes", f"must be a list of shape names, got {self.shapes!r}", self.shapes)
-            self.shapes = list(self.shapes)
+            if isinstance(self.shapes, str) or not hasattr(self.shapes, "__iter__"):
+                raise ValidationError("task.shapes", f"must be a list of shape names or chain mappings, got "
+                                      f"{self.shapes!r}", self.shapes)
+            self.shapes = [s if isinstance(s, str) else user_chain(s, f"task.shapes[{i}]")
+                           for i, s in enumerate(self.shapes)]
+
+
+def user_chain(fields, where: str):
+    """A GemmChain or ConvChain from a mapping of its fields (a ConvChain when it has ``C``); errors name
+    ``where``."""
+    import dataclasses
+
+    from .spec import ConvChain, GemmChain
+
+    if not hasattr(fields, "items"):
+        raise ValidationError(where, f"must be a shape name or a mapping of chain fields, got {fields!r}", fields)
+    d = dict(fields)
+    cls = ConvChain if "C" in d else GemmChain
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(d) - known)
+    if unknown:
+        raise ValidationError(f"{where}.{unknown[0]}", f"is not a {cls.__name__} field (fields: {sorted(known)})",
+                              d[unknown[0]])
+    for k, v in d.items():
+        if k[0].isupper() or k == "batch":
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValidationError(f"{where}.{k}", f"must be an integer >= 1, got {v!r}", v)
+    dims = [f.name for f in dataclasses.fields(cls) if f.name in d and (f.name[0].isupper() or f.name == "batch")]
+    d.setdefault("name", "user_" + "x".join(str(d[k]) for k in dims))
+    try:
+        return cls(**d)
+    except (TypeError, ValueError) as e:
+        raise ValidationError(where, f"not a valid {cls.__name__}: {e}", fields) from e

@@ -39,13 +39,7 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
     dev = _device_or_none(hardware)
     peak = fma_peak_gflops()
     if cfg.shapes:
-        known = [n for n, _ in items]
-        bad = [s for s in cfg.shapes if s not in known]
-        if bad:
-            from shared_ir.errors import ValidationError
-
-            raise ValidationError("task.shapes", f"unknown shapes {bad}; the {suite} suite has {known}", bad)
-        items = [(n, s) for n, s in items if n in cfg.shapes]
+        items = _chosen(suite, items, cfg.shapes)
     rows = []
     server = None if cfg.torch_in_process else TorchServer(num_cores())
     try:
@@ -55,6 +49,17 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
         if server is not None:
             server.close()
     return _write_suite(suite, rows, cfg, out_dir, peak)
+
+
+def _chosen(suite: str, items: list[tuple[str, Any]], shapes: list) -> list[tuple[str, Any]]:
+    """The suite's shapes named in ``shapes``, and the user's own chains (specs) in their order."""
+    from shared_ir.errors import ValidationError
+
+    known = dict(items)
+    bad = [s for s in shapes if isinstance(s, str) and s not in known]
+    if bad:
+        raise ValidationError("task.shapes", f"unknown shapes {bad}; the {suite} suite has {list(known)}", bad)
+    return [(s, known[s]) if isinstance(s, str) else (s.name, s) for s in shapes]
 
 
 def _suite_row(name: str, spec, cfg: ChainsExperiment, server, dev, peak: float) -> dict:

@@ -309,3 +309,22 @@ def test_torch_server_times_torch_in_its_own_process(monkeypatch):
     finally:
         srv.close()
     assert srv.p.returncode == 0
+
+
+def test_a_users_own_chains_are_shapes_of_the_experiment():
+    from chain_fuser.config import ChainsExperiment
+    from chain_fuser.spec import ConvChain, GemmChain
+    from shared_ir.errors import ValidationError
+
+    c = ChainsExperiment(shapes=["ViT-Base/16", {"batch": 4, "M": 384, "N": 96, "K": 96, "L": 384},
+                                 {"N": 1, "C": 8, "H": 8, "W": 8, "K1": 8, "R1": 3, "S1": 3, "K2": 8, "R2": 1,
+                                  "S2": 1, "glue": "relu"}])
+    assert c.shapes[0] == "ViT-Base/16"
+    assert isinstance(c.shapes[1], GemmChain) and c.shapes[1].name == "user_4x384x96x96x384"
+    assert isinstance(c.shapes[2], ConvChain) and c.shapes[2].glue == "relu"
+    for bad, where in [([{"batch": 2, "M": 0, "N": 1, "K": 1, "L": 1}], "task.shapes[0].M"),
+                       ([{"batch": 1, "M": 1, "N": 1, "K": 1, "L": 1, "colour": 1}], "task.shapes[0].colour"),
+                       (["ViT-Base/16", 3], "task.shapes[1]")]:
+        with pytest.raises(ValidationError) as e:
+            ChainsExperiment(shapes=bad)
+        assert e.value.path == where
