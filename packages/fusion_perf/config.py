@@ -19,8 +19,11 @@ def _pos(obj, name: str):
 class DSEConfig:
     """Parameters of ``fusion_perf.tasks.attention_dse`` / ``conv_chain``."""
 
-    shapes: Optional[list[str]] = None
-    """Shape names (``fusion_perf.dse.ATTENTION_SHAPES`` / ``CONV_SHAPES``); null = all."""
+    shapes: Optional[list] = None
+    """Shapes to search (null: all of the suite): names of ``fusion_perf.dse.ATTENTION_SHAPES`` / ``CONV_SHAPES``
+    and/or your own as mappings: attention ``{batch: 12, M: 384, N: 64, K: 64, L: 384}`` (batch·heads, query rows,
+    value width, head width, key rows), conv chains ``{C: 64, H: 58, W: 58, K1: 64, R1: 3, K2: 256, R2: 1}``;
+    an optional ``name``."""
     templates: list[str] = field(default_factory=lambda: list(TEMPLATES))
     """Fusion templates to search (layerwise, flat_hgran, flat_hgran_split, flat_rgran, chimera, fused, tileflow;
     ``flat`` = flat_rgran)."""
@@ -60,16 +63,39 @@ class DSEConfig:
         if not self.templates:
             raise ValidationError("task.templates", "at least one template is required")
 
-    def pick(self, table: list) -> list:
+    def pick(self, table: list, fields: tuple[str, ...]) -> list:
+        """The chosen rows of ``table`` (name, *fields): named rows of it, and the user's mappings of ``fields``
+        (trailing fields with defaults in the table's builder may be left out)."""
         if self.shapes is None:
             return list(table)
         names = [s[0] for s in table]
         out = []
         for i, s in enumerate(self.shapes):
+            if hasattr(s, "items"):
+                out.append(_user_shape(dict(s), fields, f"task.shapes[{i}]"))
+                continue
             if s not in names:
-                raise ValidationError(f"task.shapes[{i}]", f"unknown shape {s!r}; choose from {names}", s)
+                raise ValidationError(f"task.shapes[{i}]", f"unknown shape {s!r}; choose from {names} or give a "
+                                      f"mapping of {list(fields)}", s)
             out.append(table[names.index(s)])
         return out
+
+
+def _user_shape(d: dict, fields: tuple[str, ...], where: str) -> tuple:
+    unknown = sorted(set(d) - set(fields) - {"name"})
+    if unknown:
+        raise ValidationError(f"{where}.{unknown[0]}", f"is not a shape field (fields: {list(fields)}, name)",
+                              d[unknown[0]])
+    need = [f for f in fields if not f.endswith("2") or f == "K2"]  # R2 defaults to 1 (a 1x1 second conv)
+    missing = [f for f in need if f not in d]
+    if missing:
+        raise ValidationError(f"{where}.{missing[0]}", f"is required (fields: {list(fields)})")
+    for f in fields:
+        v = d.get(f)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ValidationError(f"{where}.{f}", f"must be an integer >= 1, got {v!r}", v)
+    vals = [d[f] for f in fields if f in d]
+    return (str(d.get("name") or "user-" + "x".join(map(str, vals))), *vals)
 
 
 __all__ = ["DSEConfig"]

@@ -22,7 +22,8 @@ REFS = ("layerwise", "flat_hgran", "flat_hgran_split", "flat_rgran", "flat")
 def _run(kind: str, hardware: Any, out_dir: str, cfg: DSEConfig) -> dict:
     arch = load_arch(hardware if hardware is not None else "edge_accel")
     os.makedirs(out_dir, exist_ok=True)
-    table = cfg.pick(ATTENTION_SHAPES if kind == "attention" else CONV_SHAPES)
+    table = (cfg.pick(ATTENTION_SHAPES, ("batch", "M", "N", "K", "L")) if kind == "attention"
+             else cfg.pick(CONV_SHAPES, ("C", "H", "W", "K1", "R1", "K2", "R2")))
     rows, best_rows, results = [], [], []
     for sh in table:
         prob = attention_problem(sh, cfg.softmax) if kind == "attention" else conv_problem(sh)

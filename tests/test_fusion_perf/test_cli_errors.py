@@ -162,3 +162,22 @@ subtree:
     with pytest.raises(InputFormatError) as e:
         parse_arch({**d, "version": 0.3})
     assert "version" in str(e.value)
+
+
+def test_dse_takes_the_users_own_shapes_and_names_a_bad_field():
+    from fusion_perf.config import DSEConfig
+    from fusion_perf.dse import ATTENTION_SHAPES, CONV_SHAPES
+    from shared_ir.errors import ValidationError
+
+    att = ("batch", "M", "N", "K", "L")
+    cfg = DSEConfig(shapes=["Bert-Small", {"batch": 4, "M": 128, "N": 64, "K": 64, "L": 128, "name": "mine"}])
+    assert cfg.pick(ATTENTION_SHAPES, att) == [ATTENTION_SHAPES[0], ("mine", 4, 128, 64, 64, 128)]
+    conv = DSEConfig(shapes=[{"C": 8, "H": 10, "W": 10, "K1": 8, "R1": 3, "K2": 16}])
+    assert conv.pick(CONV_SHAPES, ("C", "H", "W", "K1", "R1", "K2", "R2"))[0][1:] == (8, 10, 10, 8, 3, 16)
+    for bad, where in [({"batch": 4, "M": 0, "N": 1, "K": 1, "L": 1}, "task.shapes[0].M"),
+                       ({"batch": 4, "M": 1, "N": 1, "K": 1}, "task.shapes[0].L"),
+                       ({"batch": 4, "M": 1, "N": 1, "K": 1, "L": 1, "heads": 2}, "task.shapes[0].heads"),
+                       ("Bert-Huge", "task.shapes[0]")]:
+        with pytest.raises(ValidationError) as e:
+            DSEConfig(shapes=[bad]).pick(ATTENTION_SHAPES, att)
+        assert e.value.path == where
