@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .errors import ConfigError
-from .workloads import FAMILIES
+from .workloads import FAMILIES, is_user_workload
 
 SCALE_NAMES = ("sweep", "tiny", "small", "full")
 
@@ -14,7 +14,8 @@ class BenchConfig:
     """One benchmark run over workloads (the ``task`` node of an experiment config)."""
 
     workloads: list[str] = field(default_factory=lambda: list(FAMILIES))
-    """Workload names (dynamic_batcher.workloads.FAMILIES)."""
+    """Workload names (dynamic_batcher.workloads.FAMILIES), or your own model as ``"package.module:factory"``
+    (dynamic_batcher.workloads.user_workload)."""
     batch: int = 32
     """Instances per minibatch."""
     hidden: int = 128
@@ -38,8 +39,9 @@ class BenchConfig:
         if not self.workloads:
             raise ConfigError(f"{p}.workloads", "must name at least one workload")
         for i, w in enumerate(self.workloads):
-            if w not in FAMILIES:
-                raise ConfigError(f"{p}.workloads[{i}]", f"unknown workload {w!r}; expected one of {sorted(FAMILIES)}")
+            if not isinstance(w, str) or (w not in FAMILIES and not is_user_workload(w)):
+                raise ConfigError(f"{p}.workloads[{i}]", f"unknown workload {w!r}; expected one of {sorted(FAMILIES)} "
+                                  "or your own as 'package.module:factory'")
         for name in ("batch", "hidden", "threads"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:

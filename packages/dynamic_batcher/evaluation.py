@@ -26,7 +26,7 @@ from .batcher import Batcher
 from .ir import Eager
 from .policies import DYNET_BASELINES, exact_optimum, make_policy
 from .rl import ENCODINGS, REFERENCE_ENCODINGS, FSMPolicy, QConfig
-from .workloads import FAMILIES, make_workload
+from .workloads import make_workload
 
 SCALES = {
     # repeats: timed minibatches per variant (after one warm-up each); minibatches: distinct minibatches cycled;
@@ -310,7 +310,7 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     wl = make_workload(name, hidden=hidden, seed=seed)
     rng = random.Random(seed)
     mbs = [wl.minibatch(rng, batch) for _ in range(sc["minibatches"])]
-    res: dict[str, Any] = {"name": name, "family": FAMILIES[name], "batch": batch, "hidden": hidden}
+    res: dict[str, Any] = {"name": wl.name, "family": wl.family, "batch": batch, "hidden": hidden}
 
     g0 = _graph(wl, mbs[0], "block")
     held = [_graph(wl, mb, "block") for mb in mbs[1:]]
@@ -318,7 +318,7 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     best_enc = _choose_encoding(train, sc["encodings"], held)
     fsm = fsms[best_enc]
     if policy_dir:
-        fsm.save(os.path.join(policy_dir, f"fsm-{name}.json"))
+        fsm.save(os.path.join(policy_dir, f"fsm-{wl.name}.json"))
     res["rl"] = {"encodings": train, "chosen": best_enc}
     batches = res["batches"] = _batch_counts(wl, mbs, g0, fsms, best_enc, held, sc, seed, log)
     log(f"[{name}] nodes={g0.n} LB={batches['lower_bound']} fsm={batches['fsm']} ({best_enc}) "

@@ -118,8 +118,35 @@ def _classifier(m: Model, H: int, n_out: int, pre: str = "out"):
     return lambda ops, h: ops.log_softmax(ops.linear(W, h, b))
 
 
+def user_workload(ref: str, hidden: int, embed: int | None, seed: int, where: str = "workload.name") -> Workload:
+    """The user's own workload: ``ref`` = ``"package.module:factory"``, a callable
+    ``factory(hidden=, embed=, seed=)`` returning a :class:`Workload` (a :class:`Model` with its parameters and
+    blocks, an instance sampler and a forward function written against :class:`Ops`, as the built-in ones are)."""
+    import importlib
+
+    mod_name, _, attr = ref.partition(":")
+    try:
+        factory = getattr(importlib.import_module(mod_name), attr)
+    except (ImportError, AttributeError) as e:
+        raise ConfigError(where, f"cannot load the workload factory {ref!r} (module:function): {e}") from e
+    wl = factory(hidden=hidden, embed=embed, seed=seed)
+    if not isinstance(wl, Workload):
+        raise ConfigError(where, f"{ref} returned {type(wl).__name__}, not a dynamic_batcher.workloads.Workload")
+    if wl.family not in ("chain", "tree", "lattice"):
+        raise ConfigError(where, f"{ref}: family must be chain, tree or lattice, got {wl.family!r}")
+    return wl
+
+
+def is_user_workload(name: str) -> bool:
+    """``module:function`` names a factory of the user's (:func:`user_workload`)."""
+    return ":" in name
+
+
 def make_workload(name: str, hidden: int = 128, embed: int | None = None, seed: int = 0) -> Workload:
-    """Build a workload by name (see :data:`FAMILIES`); hidden = embedding = 128 by default."""
+    """Build a workload by name (see :data:`FAMILIES`), or the user's own from ``"module:factory"``
+    (:func:`user_workload`); hidden = embedding = 128 by default."""
+    if is_user_workload(name):
+        return user_workload(name, hidden, embed, seed)
     if name not in FAMILIES:
         raise ConfigError("workload.name", f"unknown workload {name!r}; expected one of {sorted(FAMILIES)}")
     if hidden < 1:
