@@ -75,7 +75,7 @@ ATTENTION = {"small": [("Attention-2k", 4, 2048), ("Attention-4k", 2, 4096)],
 # the shape where ours leads PyTorch least (ResNet-50 3×3→1×1, KN64), all in one tuning run (as MetaSchedule tunes
 # a model's tasks, and the cheapest); the full scale every shape, one run each (hours: a failing run loses only its
 # shape). With 4 random trials the tuned kernels vary from run to run, whatever the grouping (ResNet-50 3×3→1×1's
-# tuned chain 3.1-10.8 ms, ViT-Base/16's 0.93-1.37 ms in this session's runs; chain_fuser README, round 12).
+# tuned chain 3.1-10.8 ms, ViT-Base/16's 0.93-1.37 ms over repeated runs).
 METASCHEDULE = {"small": {"shapes": ["ViT-Base/16", "Mixer-Small/32-S", "ResNet-50-3x3-1x1", "KN64-2kx8k"],
                           "trials": 4, "per_iter": 4, "timeout_s": 600, "search": "replay-trace", "group": None,
                           "workers": 1},

@@ -2,7 +2,7 @@
 module, interleaved, medians of repeats after warm-up, the same thread count. Eager runs in a child process with
 torch's own settings (``timing.TorchServer``), the compiled module in this one: timed in one process, each library's
 spinning thread pool took the cores from the other (eager ViT-B attention 28 ms instead of 1.3 ms right after
-compiled calls). A model that mixes both pays that price; see the README's "Round 8".
+compiled calls). A model that mixes both pays that price.
 
 ``python -m chain_fuser.bench_compile [--only NAMES] [--repeat N]`` (or ``make bench-chain_fuser-compile``) →
 ``results/bench-chain_fuser-compile.json`` and ``.csv`` (written atomically) and a table. Each row says what compile

@@ -184,13 +184,13 @@ class CacheProbe:
 
     Why: the FMA probe only sees the cores. On this VM the shared L3 and memory are contended for stretches of tens of
     seconds while the FMA rate stays at its peak; the Winograd conv kernels (their transformed weights re-read per
-    block from L3) then ran 12-35 % slower and torch's convs too (benchmark run session15-c: Darknet-19 0.83 vs
+    block from L3) then ran 12-35 % slower and torch's convs too (in one benchmark run: Darknet-19 0.83 vs
     0.61 ms, with every FMA probe at 513-524 GFLOP/s), and the reference peak fraction fell from 82-83 % to 78 %.
     Measured side by side (a monitor, 1 s steps): copies at 105-131 GB/s and the kernels at their usual times; copies
     at 42-93 GB/s and the kernels 20-25 % slower. Right after a kernel's timed slot the first copies are slow
     whatever the state (the first of six at 20-50 GB/s: its lines come back from memory), the best of six at
     89-117 GB/s when quiet; the best of two read as contended in most slots of a quiet run (a bench run with it:
-    2960 of 4315 probes, the waiting budget spent). It does not see every such state: in run session15-f the conv
+    2960 of 4315 probes, the waiting budget spent). It does not see every such state: in another run the conv
     rows ran 15-35 % slower while it read the cache as contended in only 23 of 1388 probes (a monitor during such a
     stretch: the copies at 107-130 GB/s, Darknet-19 at 0.77-0.98 ms against 0.59 quiet)."""
 

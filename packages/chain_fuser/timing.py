@@ -57,7 +57,7 @@ row 3-6 % (ours) and 5-10 % (torch) against rows timed without the child."""
 
 
 PROBE_FLOOR = 0.85
-"""A timed slot counts when the FMA probe ran at ≥ this fraction of the session's measured peak just before and just
+"""A timed slot counts when the FMA probe ran at ≥ this fraction of the run's measured peak just before and just
 after it (the machine's slow state runs at ~0.5 of it, with intermediate readings at 0.75-0.85; its fast state at
 0.9-1.0)."""
 PROBE_RETRIES = 4
@@ -194,7 +194,7 @@ def time_round_robin(timers: list[InterleavedTimer], rounds: int, log=print) -> 
     """``rounds`` rounds of every timer, each timer's round ``r`` before any timer's round ``r + 1`` (a line of
     progress per round). Why: the machine's contended stretches last tens of seconds to minutes (the conv rows
     12-35 % slower, see :class:`peak.CacheProbe`), longer than one row's timing (3-13 s); timed row after row, the
-    rows timed during one had every repeat in it (benchmark runs session15-c, f, g: all six conv rows), while spread
+    rows timed during one had every repeat in it (in three benchmark runs: all six conv rows), while spread
     over the whole timing phase a stretch meets a few rounds of many rows, and the medians keep the other rounds."""
     for r in range(rounds):
         t = time.perf_counter()
