@@ -273,7 +273,7 @@ class PipelineConfig:
             raise _err("task.csv_name", f"must be a file name ending in .csv, got {self.csv_name!r}", self.csv_name)
 
 
-# ------------------------------------------------------------------------------------------------ the model, from the IR
+# ----------------------------------------------------------------------------------------- the model, from the IR
 @dataclass(frozen=True)
 class AttentionShape:
     """An attention chain's extents, read from its two batch-matmul ops: S = Q·Kᵀ [batch, M, L] (reduction K),
@@ -352,7 +352,8 @@ def _need_attention(facts: ModelFacts, stage: str) -> None:
 
 
 def _weight_params(graph: Any) -> int:
-    return sum(t.numel for t in graph.tensors.values() if t.role.value == "weight" and t.dtype.value.startswith("float"))
+    return sum(t.numel for t in graph.tensors.values()
+               if t.role.value == "weight" and t.dtype.value.startswith("float"))
 
 
 def model_spec_from_graph(facts: ModelFacts, name: str) -> Any:

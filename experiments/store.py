@@ -509,5 +509,6 @@ def should_skip(cfg: Any = None, hydra_cfg: Any = None) -> bool:
 
 
 __all__ = ["ResultsStore", "JobRow", "StoreError", "job_key", "normalize_overrides", "machine_info",
-           "describe_machine", "should_skip", "resume_active", "job_identity", "store_settings", "resolve_settings", "STATUSES",
+           "describe_machine", "should_skip", "resume_active", "job_identity", "store_settings", "resolve_settings",
+           "STATUSES",
            "DEFAULT_DB", "DEFAULT_SWEEP", "ENV_DB", "ENV_SWEEP", "ENV_RUN_ID", "ENV_RESUME", "CALLBACK_TARGET"]

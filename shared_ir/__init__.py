@@ -25,7 +25,8 @@ from .op import Access, Dim, Op, OpKind, Tensor, TensorRole
 from .roofline import Roofline, peak_flops, roofline, roofline_table
 
 __all__ = ["AffineExpr", "IndirectIndex", "parse_index", "DType", "GraphError", "IRError", "ShapeError",
-           "UnsupportedOpError", "ValidationError", "Chain", "Graph", "atomic_path", "atomic_savefig", "atomic_write_bytes", "atomic_write_text", "Access", "Dim", "Op",
+           "UnsupportedOpError", "ValidationError", "Chain", "Graph", "atomic_path", "atomic_savefig",
+           "atomic_write_bytes", "atomic_write_text", "Access", "Dim", "Op",
            "OpKind", "Tensor", "TensorRole", "ops", "ComputeUnit", "Device", "HardwareError", "Link", "MemoryLevel",
            "System", "Topology", "dump_hardware", "list_presets", "load_hardware", "load_preset", "Roofline",
            "peak_flops", "roofline", "roofline_table"]

@@ -31,7 +31,8 @@ class DType(str, enum.Enum):
         try:
             return cls(v)
         except ValueError:
-            raise ValidationError(path, f"unknown dtype {value!r}; expected one of {[d.value for d in cls]}", value) from None
+            raise ValidationError(path, f"unknown dtype {value!r}; expected one of {[d.value for d in cls]}",
+                                  value) from None
 
 
 _SIZES = {

@@ -470,7 +470,8 @@ class System:
                     raise HardwareError(f"links[{i}].{end}", f": unknown device {n!r}; known: {list(where)}", n)
             key = frozenset((ln.src, ln.dst))
             if key in pairs:
-                raise HardwareError(f"links[{i}]", f": duplicate link {ln.src!r}<->{ln.dst!r} (also links[{pairs[key]}])",
+                raise HardwareError(f"links[{i}]",
+                                    f": duplicate link {ln.src!r}<->{ln.dst!r} (also links[{pairs[key]}])",
                                     [ln.src, ln.dst])
             pairs[key] = i
 

@@ -68,7 +68,8 @@ class Dim:
 
     def __post_init__(self):
         if not isinstance(self.extent, int) or isinstance(self.extent, bool) or self.extent < 1:
-            raise ValidationError(f"dims.{self.name}.extent", f"must be an integer >= 1, got {self.extent!r}", self.extent)
+            raise ValidationError(f"dims.{self.name}.extent", f"must be an integer >= 1, got {self.extent!r}",
+                                  self.extent)
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,8 @@ class Tensor:
         object.__setattr__(self, "dtype", DType.parse(self.dtype, f"tensors.{self.name}.dtype"))
         object.__setattr__(self, "role", TensorRole(self.role))
         if any(s < 1 for s in self.shape):
-            raise ShapeError(f"tensors.{self.name}.shape", f"every extent must be >= 1, got {list(self.shape)}", self.shape)
+            raise ShapeError(f"tensors.{self.name}.shape", f"every extent must be >= 1, got {list(self.shape)}",
+                             self.shape)
 
     @property
     def numel(self) -> int:
@@ -226,7 +228,8 @@ class Op:
                         mn, mx = e.bounds(box, full)
                         if mn < 0 or mx >= n:
                             raise ShapeError(f"{p}.accesses.{a.tensor.name}[{i}]",
-                                             f"index {e} ranges over [{mn}, {mx}] but the tensor dimension has extent {n}",
+                                             f"index {e} ranges over [{mn}, {mx}] but the tensor dimension "
+                                             f"has extent {n}",
                                              (mn, mx))
 
     # --- basic queries ------------------------------------------------------------------------------------------

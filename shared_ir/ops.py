@@ -21,7 +21,8 @@ C = AffineExpr.constant
 def _out(out: "str | Tensor", shape: Sequence[int], dtype: DType, where: str) -> Tensor:
     if isinstance(out, Tensor):
         if tuple(out.shape) != tuple(shape):
-            raise ShapeError(f"ops.{where}.out", f"output {out.name!r} declared {list(out.shape)}, op produces {list(shape)}")
+            raise ShapeError(f"ops.{where}.out",
+                             f"output {out.name!r} declared {list(out.shape)}, op produces {list(shape)}")
         return out
     return Tensor(out, tuple(shape), dtype, TensorRole.activation)
 
@@ -63,7 +64,8 @@ def matmul(name: str, a: Tensor, b: Tensor, out: "str | Tensor") -> Op:
 def batch_matmul(name: str, a: Tensor, b: Tensor, out: "str | Tensor") -> Op:
     """C[b..,m,n] = Σ_k A[b..,m,k]·B[b..,k,n], batch axes broadcast (a rank-2 operand is shared by all batches)."""
     if len(a.shape) < 2 or len(b.shape) < 2:
-        raise ShapeError(f"ops.{name}", f"batch_matmul needs rank >= 2 operands, got {list(a.shape)} and {list(b.shape)}")
+        raise ShapeError(f"ops.{name}",
+                         f"batch_matmul needs rank >= 2 operands, got {list(a.shape)} and {list(b.shape)}")
     M, K = a.shape[-2:]
     K2, N = b.shape[-2:]
     if K != K2:
@@ -82,7 +84,8 @@ def linear(name: str, x: Tensor, w: Tensor, out: "str | Tensor", bias: Tensor | 
     """Y[.., n] = Σ_k X[.., k]·W[n, k] (+ bias[n]), as torch.nn.Linear."""
     N, K = w.shape
     if x.shape[-1] != K:
-        raise ShapeError(f"ops.{name}", f"linear input {x.name}{list(x.shape)} does not match weight {w.name}{list(w.shape)}")
+        raise ShapeError(f"ops.{name}",
+                         f"linear input {x.name}{list(x.shape)} does not match weight {w.name}{list(w.shape)}")
     lead = x.shape[:-1]
     ld = [f"b{i}" for i in range(len(lead) - 1)] + (["m"] if lead else [])
     o = _out(out, (*lead, N), x.dtype, name)
@@ -106,7 +109,8 @@ def conv2d(name: str, x: Tensor, w: Tensor, out: "str | Tensor", bias: Tensor | 
     K, Cg, R, S = w.shape
     (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
     if Cin % groups or K % groups or Cin // groups != Cg:
-        raise ShapeError(f"ops.{name}", f"conv2d channels: input {Cin}, weight {list(w.shape)}, groups {groups} disagree")
+        raise ShapeError(f"ops.{name}",
+                         f"conv2d channels: input {Cin}, weight {list(w.shape)}, groups {groups} disagree")
     P = (H + 2 * ph - dh * (R - 1) - 1) // sh + 1
     Q = (W + 2 * pw - dw * (S - 1) - 1) // sw + 1
     if P < 1 or Q < 1:
@@ -186,7 +190,8 @@ def layernorm(name: str, x: Tensor, out: "str | Tensor", weight: Tensor | None =
               {"normalized_ndim": normalized_ndim}, 8)
 
 
-def reduce(name: str, x: Tensor, axes: Sequence[int], out: "str | Tensor", fn: str = "sum", keepdim: bool = False) -> Op:
+def reduce(name: str, x: Tensor, axes: Sequence[int], out: "str | Tensor", fn: str = "sum",
+           keepdim: bool = False) -> Op:
     """Y = fn over ``axes`` of X (sum, mean, max, min)."""
     r = len(x.shape)
     axes = sorted({a % r for a in axes})
@@ -203,7 +208,8 @@ def reduce(name: str, x: Tensor, axes: Sequence[int], out: "str | Tensor", fn: s
               {"fn": fn, "axes": tuple(axes), "keepdim": keepdim})
 
 
-def pool2d(name: str, x: Tensor, out: "str | Tensor", kernel: "int | Sequence[int]", stride: "int | Sequence[int] | None" = None,
+def pool2d(name: str, x: Tensor, out: "str | Tensor", kernel: "int | Sequence[int]",
+           stride: "int | Sequence[int] | None" = None,
            padding: "int | Sequence[int]" = 0, fn: str = "max", dilation: "int | Sequence[int]" = 1) -> Op:
     """O[b,c,p,q] = fn over (r,s) of I[b, c, p·s_h + r·d_h − pad_h, q·s_w + s·d_w − pad_w] (max or avg)."""
     B, Cn, H, W = x.shape
@@ -278,7 +284,7 @@ def concat(name: str, xs: Sequence[Tensor], axis: int, out: "str | Tensor") -> O
               (Access(o, tuple(A(v) for v in d)),), {"axis": axis, "padded": True}, 0)
 
 
-# --- data-movement builders shared by the frontends -----------------------------------------------------------------------------
+# --- data-movement builders shared by the frontends -------------------------------------------------------------
 def strided_view(name: str, x: Tensor, out: Tensor, in_index: Sequence[AffineExpr], fn: str,
                  attrs: dict[str, Any] | None = None) -> Op:
     """A copy op looping over ``out`` (dims d0..dn) reading ``x`` at ``in_index`` (one affine expr per axis of x,
@@ -330,7 +336,8 @@ def upsample_nearest_op(name: str, x: Tensor, out: Tensor) -> Op:
     dims, oidx, factors = [Dim(v, e) for v, e in zip(d, x.shape)], [], []
     for i, (a, b) in enumerate(zip(x.shape, out.shape)):
         if b % a:
-            raise ShapeError(f"ops.{name}", f"nearest upsampling needs integer factors, got {list(x.shape)} -> {list(out.shape)}")
+            raise ShapeError(f"ops.{name}",
+                             f"nearest upsampling needs integer factors, got {list(x.shape)} -> {list(out.shape)}")
         f = b // a
         factors.append(f)
         if f > 1:

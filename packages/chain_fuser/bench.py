@@ -358,7 +358,8 @@ def _rates(ctx: _Run, row: dict, kernel, flops: float, cpu_ms: dict, probe_stats
 
 def _row_line(row: dict) -> str:
     algo = "" if row["algorithm"] == "direct" else f", {row['algorithm']}"
-    return (f"{row['name']:22s} {row['suite']:12s} ours {row['ms']['ours']:9.3f} ms ({row['peak_fraction']['ours']:.0%} "
+    return (f"{row['name']:22s} {row['suite']:12s} ours {row['ms']['ours']:9.3f} ms "
+            f"({row['peak_fraction']['ours']:.0%} "
             f"of peak{algo})  " + "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup"].items()) +
             f"  err {row['max_rel_error']:.1e}  | per CPU-s: " +
             "  ".join(f"{k} ×{v:.2f}" for k, v in row["speedup_cpu"].items()) +
@@ -417,7 +418,8 @@ def _probe_summary(probe, floor: float, rows: list[dict]) -> dict | None:
     if probe is None:
         return None
     return {
-        "floor_gflops": floor, "probes": probe.samples, "slow_probes": probe.slow, "cache_slow_probes": probe.cache_slow,
+        "floor_gflops": floor, "probes": probe.samples, "slow_probes": probe.slow,
+        "cache_slow_probes": probe.cache_slow,
         "cache_probe": None if probe.cache is None else {
             "best_gbps": probe.cache.best, "floor": probe.cache.floor,
             "note": "six 2 MB copies after each FMA probe; a probe counts as slow also when the FMA rate was fast but "
@@ -467,7 +469,8 @@ def _result(ctx: _Run, rows: list[dict], pinning, t_start: float, load_start) ->
         "seconds": time.perf_counter() - t_start,
         # where the run's time went (the rest: the peak measurement, the child processes' start, the summary)
         "seconds_by_phase": {"metaschedule_tuning": sum(r["tune_s"] for r in ms_runs),
-                             **{k: sum(r["seconds"][k] for r in rows) for k in ("prepare", "timing", "server_prediction")}},
+                             **{k: sum(r["seconds"][k] for r in rows)
+                                for k in ("prepare", "timing", "server_prediction")}},
         "load_avg_start": list(load_start),
         "load_avg_end": list(os.getloadavg()),
     }
@@ -507,8 +510,9 @@ def _final_peak(ctx: _Run, result: dict) -> None:
     result["ceilings"] = _ceilings(rows, ref_rows)
     result["reference_peak_fraction_cpu"] = geomean([r["peak_fraction_cpu"].get("ours") for r in ref_rows])
     result["cpu_time_note"] = ("*_cpu keys: the same runs measured in CPU time (all threads of the process, spin-waits "
-                               "included; PyTorch's and OpenBLAS's in their own processes): robust to the other processes on a shared "
-                               "machine; peak_fraction_cpu = GFLOP per CPU-second / (FMA peak / threads)")
+                               "included; PyTorch's and OpenBLAS's in their own processes): robust to the other "
+                               "processes on a shared machine; peak_fraction_cpu = GFLOP per CPU-second "
+                               "/ (FMA peak / threads)")
 
 
 def _ceilings(rows: list[dict], ref_rows: list[dict]) -> dict:
@@ -591,10 +595,10 @@ def run(scale: str = "small", top_k: int = 4, repeat: int | None = None, out: st
 
 
 # what the default scale measures smaller than --scale full (the keys are measured the same way at both)
-REDUCED = {"small": "memory-bound chains 2k-8k (full: up to 8k x 8k), attention batch 4 x 2k / 2 x 4k tokens (full: 12 x "
-                    "2k / 8 x 4k), YOLO-1 at 56x56 (full: 112x112), MetaSchedule on 4 shapes (2 reference GEMM "
-                    "chains, 1 conv chain, 1 memory-bound chain) x 4 trials per operator with random replay (full: "
-                    "every shape, 16 trials, evolutionary search), 9 rounds of repeats (full: 11)"}
+REDUCED = {"small": "memory-bound chains 2k-8k (full: up to 8k x 8k), attention batch 4 x 2k / 2 x 4k tokens "
+                    "(full: 12 x 2k / 8 x 4k), YOLO-1 at 56x56 (full: 112x112), MetaSchedule on 4 shapes (2 "
+                    "reference GEMM chains, 1 conv chain, 1 memory-bound chain) x 4 trials per operator with "
+                    "random replay (full: every shape, 16 trials, evolutionary search), 9 rounds of repeats (full: 11)"}
 
 
 def _machine(threads: int) -> dict:
@@ -645,7 +649,8 @@ def summary_table(res: dict) -> str:
     mp = res["model_pick_vs_best_measured"]
     lines.append(f"  model's first pick vs best of top K: geomean {f(mp['geomean'], '{:.3f}')}, max "
                  f"{f(mp['max'], '{:.3f}')}, within 10% on {mp['within_10_percent']}/{mp['shapes']}")
-    lines.append(f"  server64 predictions, fusion gains on: {', '.join(res['server_predictions']['gains_from_fusion']) or '-'}")
+    lines.append(f"  server64 predictions, fusion gains on: "
+                 f"{', '.join(res['server_predictions']['gains_from_fusion']) or '-'}")
     if res.get("reference_peak_fraction_vs_cached_peak"):
         lines.append(f"  reference vs the best FMA rate ever recorded on this CPU ({res['fma_peak_cached_gflops']:.0f} "
                      f"GFLOP/s, earlier runs; this run's best: {res['fma_peak_gflops']:.0f}): "
@@ -656,8 +661,10 @@ def summary_table(res: dict) -> str:
     c = res.get("ceilings") or {}
     if c:
         lines.append(f"  ceilings at 100 % of the peak: ×{f(c.get('reference_vs_torch'))} vs torch (torch at "
-                     f"{f(c.get('torch_reference_peak_fraction'), '{:.0%}')} of it), conv ×{f(c.get('conv_vs_torch'))}, "
-                     f"×{f(c.get('reference_vs_openblas'))} vs OpenBLAS, ×{f(c.get('vs_metaschedule'))} vs MetaSchedule")
+                     f"{f(c.get('torch_reference_peak_fraction'), '{:.0%}')} of it), "
+                     f"conv ×{f(c.get('conv_vs_torch'))}, "
+                     f"×{f(c.get('reference_vs_openblas'))} vs OpenBLAS, "
+                     f"×{f(c.get('vs_metaschedule'))} vs MetaSchedule")
     if res.get("machine_probe"):
         mp_ = res["machine_probe"]
         lines.append(f"  machine state: {mp_['slow_probes']}/{mp_['probes']} probes below {mp_['floor_gflops']:.0f} "

@@ -207,11 +207,13 @@ def gemm_chain_te(spec: GemmChain, mk: MicroKernel, fused_inputs_padded: bool = 
     b1 = te.placeholder((L,), "float32", name="b1") if spec.bias1 else None
     zero = tirx.const(0.0, "float32")
     Bp = te.compute((b, Lp // nr, K, nr),
-                    lambda i, lo, k, li: tirx.if_then_else(lo * nr + li < L, Bat(i, k, tirx.min(lo * nr + li, L - 1)), zero)
+                    lambda i, lo, k, li: tirx.if_then_else(lo * nr + li < L,
+                                                          Bat(i, k, tirx.min(lo * nr + li, L - 1)), zero)
                     if Lp != L else Bat(i, k, lo * nr + li), name="Bp")
     Dp = te.compute((b, Np // nr, Lp, nr),
                     lambda i, no, l, ni: tirx.if_then_else(tirx.all(l < L, no * nr + ni < N),
-                                                          Dat(i, tirx.min(l, L - 1), tirx.min(no * nr + ni, N - 1)), zero)
+                                                          Dat(i, tirx.min(l, L - 1), tirx.min(no * nr + ni, N - 1)),
+                                                          zero)
                     if (Np != N or Lp != L) else Dat(i, l, no * nr + ni), name="Dp")
     k = te.reduce_axis((0, K), name="k")
     Lv, Nv = ks.Lv, ks.Nv  # the columns computed (whole vectors; = Lp, Np with softmax)

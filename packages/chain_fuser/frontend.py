@@ -148,7 +148,8 @@ def _near_chains(g, in_chain: set[str]) -> list[tuple[list[str], str]]:
                 if not (op.name in in_chain and nxt.name in in_chain):
                     mids = [g.op(n) for n in path[1:-1]]
                     bad = [m for m in mids if m.kind.value not in ("elementwise", "softmax")]
-                    why = (f"op {bad[0].name!r} ({bad[0].kind.value}{'/' + str(bad[0].attr('fn')) if bad[0].attr('fn') else ''}) "
+                    why = (f"op {bad[0].name!r} ({bad[0].kind.value}"
+                           f"{'/' + str(bad[0].attr('fn')) if bad[0].attr('fn') else ''}) "
                            "between the compute ops has no fused template") if bad else "not a single-consumer chain"
                     out.append((path, why))
                 break

@@ -188,7 +188,8 @@ class FusedKernel:
         want = info["want"]
         if len(tensors) != len(want):
             names = [n for n, _ in want]
-            raise ChainShapeError(f"{self.spec.name}.inputs", f"expected {len(names)} tensors {names}, got {len(tensors)}")
+            raise ChainShapeError(f"{self.spec.name}.inputs",
+                                  f"expected {len(names)} tensors {names}, got {len(tensors)}")
         for (n, shape_want), t in zip(want, tensors):
             if not isinstance(t, torch.Tensor):
                 raise ChainShapeError(f"{self.spec.name}.{n}", f"expected a torch.Tensor, got {type(t).__name__}")

@@ -70,7 +70,8 @@ class TensorUse:
     @cached_property
     def simple(self) -> bool:
         """Every index is one dim with coefficient 1 (or a constant): the fast exact path."""
-        return all(isinstance(e, AffineExpr) and (not e.terms or (len(e.terms) == 1 and e.terms[0][1] == 1 and e.const == 0))
+        return all(isinstance(e, AffineExpr)
+                   and (not e.terms or (len(e.terms) == 1 and e.terms[0][1] == 1 and e.const == 0))
                    for e in self.access.indices)
 
 

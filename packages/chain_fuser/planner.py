@@ -399,7 +399,8 @@ def _plans_for_micro(spec, dev, top_k: int, fusion_level: str | None, peak: floa
     names = [lv.name for lv in levels]
     if fusion_level is not None:
         if fusion_level not in names:
-            raise UnsupportedChainError(spec.name, f"fusion level {fusion_level!r} not among the device's levels {names}")
+            raise UnsupportedChainError(spec.name,
+                                        f"fusion level {fusion_level!r} not among the device's levels {names}")
         fuse_levels = [fusion_level]
     else:
         fuse_levels = [n for n in ("l2", "l1") if n in names] or [names[-1]]

@@ -62,7 +62,8 @@ class GemmChain:
         for f in ("batch", "M", "N", "K", "L"):
             _pos(f"GemmChain.{f}", getattr(self, f))
         if self.glue not in GLUE_FNS:
-            raise UnsupportedChainError(self.name, f"glue {self.glue!r} between the GEMMs is not one of {list(GLUE_FNS)}")
+            raise UnsupportedChainError(self.name,
+                                        f"glue {self.glue!r} between the GEMMs is not one of {list(GLUE_FNS)}")
         if str(self.dtype) not in FLOAT_DTYPES:
             raise ChainDTypeError(f"{self.name}.dtype", self.dtype, FLOAT_DTYPES)
 
@@ -312,4 +313,5 @@ def chain_nest(spec: ChainSpec):
     return nest
 
 
-__all__ = ["GemmChain", "ConvChain", "ChainSpec", "input_names", "spec_from_chain", "FLOAT_DTYPES", "chain_dim_names", "chain_nest"]
+__all__ = ["GemmChain", "ConvChain", "ChainSpec", "input_names", "spec_from_chain", "FLOAT_DTYPES", "chain_dim_names",
+           "chain_nest"]

@@ -144,7 +144,8 @@ def explain(spec: ConvChain, plan: Plan, m: int = 2, device=None, file=None) -> 
     text = "\n".join([
         f"winograd F({m}x{m}, 3x3) for {spec.name}: {p['tiles']} tiles, conv2 {conv2}, micro kernel "
         f"{plan.micro.name}, {blocks}",
-        f"  compute: {p['executed_flops'] / 1e9:.3f} GFLOP executed ({spec.flops / p['executed_flops']:.2f}x fewer than "
+        f"  compute: {p['executed_flops'] / 1e9:.3f} GFLOP executed "
+        f"({spec.flops / p['executed_flops']:.2f}x fewer than "
         f"the direct {spec.flops / 1e9:.3f}) -> {p['compute_s'] * 1e3:.3f} ms at the FMA peak",
         f"  transforms and layout changes: {p['memory_bytes'] / 2**20:.2f} MiB through memory -> "
         f"{p['memory_s'] * 1e3:.3f} ms, {p['cache_bytes'] / 2**20:.2f} MiB through L2 -> {p['cache_s'] * 1e3:.3f} ms",

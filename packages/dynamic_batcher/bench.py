@@ -55,7 +55,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 def format_table(doc: dict) -> str:
     lines = [f"{'workload':15s} {'fam':8s} {'LB':>5s} {'fsm':>5s} {'depth':>6s} {'agenda':>6s} {'ag+d':>5s} "
-             f"{'fsm/s':>8s} {'bestDy/s':>8s} {'x':>5s} {'x_exec':>6s} {'x_s+e':>6s} {'sched%':>6s} {'cellPQ/DyNet':>14s}"]
+             f"{'fsm/s':>8s} {'bestDy/s':>8s} {'x':>5s} {'x_exec':>6s} {'x_s+e':>6s} {'sched%':>6s} "
+             f"{'cellPQ/DyNet':>14s}"]
     for w in doc["workloads"]:
         b, t, cb = w["batches"], w["throughput"], w["copied_bytes"]
         lines.append(f"{w['name']:15s} {w['family']:8s} {b['lower_bound']:5d} {b['fsm']:5d} {b['dynet_depth']:6d} "
@@ -65,14 +66,16 @@ def format_table(doc: dict) -> str:
                      f"{100 * w['sched_fraction']:6.1f} {cb['cells_pq']:>6d}/{cb['cells_dynet'] or 0:<7d}")
     lines.append("geomean speedup vs best DyNet baseline (end to end): "
                  + ", ".join(f"{f} {v:.2f}x" for f, v in doc["speedup_vs_best_baseline"].items()))
-    lines.append("  execution only: " + ", ".join(f"{f} {v:.2f}x" for f, v in doc["exec_speedup_vs_best_baseline"].items()))
+    lines.append("  execution only: "
+                 + ", ".join(f"{f} {v:.2f}x" for f, v in doc["exec_speedup_vs_best_baseline"].items()))
     lines.append("  schedule + plan + execution (no recording): "
                  + ", ".join(f"{f} {v:.2f}x" for f, v in doc["sched_exec_speedup_vs_best_baseline"].items()))
     if doc["speedup_vs_best_baseline_on_blocks"]:
         lines.append("  vs DyNet policies on the same static blocks: "
                      + ", ".join(f"{f} {v:.2f}x" for f, v in doc["speedup_vs_best_baseline_on_blocks"].items()))
     lines.append("sched+plan / exec (uncached | cached): " + ", ".join(
-        f"{w['name']} {100 * w['sched_fraction']:.0f}%|{100 * w['sched_fraction_cached']:.0f}%" for w in doc["workloads"]))
+        f"{w['name']} {100 * w['sched_fraction']:.0f}%|{100 * w['sched_fraction_cached']:.0f}%"
+        for w in doc["workloads"]))
     lines.append("batches / tightest lower bound (table alone): " + ", ".join(
         f"{w['name']} {w['batches']['fsm']}/{w['batches']['lower_bound']} "
         f"({w['batches']['lower_bound_components']['best_source']}; {w['batches']['fsm_table_only']})"

@@ -172,7 +172,8 @@ def _batch_counts(wl, mbs, g0, fsms: dict, best_enc: str, held: list, sc: dict, 
     fsm_counts = {enc: len(fsms[enc].schedule(g0)) for enc in encs}
     lbs = _lower_bounds(g0, sc, fsm_counts[best_enc])
     lb = lbs["best"]
-    batches: dict[str, Any] = {"lower_bound": lb, "lower_bound_components": lbs, "typewise_lower_bound": lbs["typewise"]}
+    batches: dict[str, Any] = {"lower_bound": lb, "lower_bound_components": lbs,
+                               "typewise_lower_bound": lbs["typewise"]}
     for enc in encs:
         batches[f"fsm_{enc}"] = fsm_counts[enc]
     batches["fsm"] = batches[f"fsm_{best_enc}"]
@@ -334,7 +335,8 @@ def run_workload(name: str, batch: int = 32, hidden: int = 128, scale: str = "sm
     res["pq_constraints"] = _pq_constraints(bts["fsm_pq"])
     log(f"[{name}] throughput/s " + " ".join(f"{k}={v:.0f}" for k, v in res["throughput"].items())
         + f" | speedup vs {res['best_baseline']}: {res['speedup_vs_best_baseline']:.2f}x "
-        f"(exec {res['exec_speedup_vs_best_baseline']:.2f}x, sched+exec {res['sched_exec_speedup_vs_best_baseline']:.2f}x)"
+        f"(exec {res['exec_speedup_vs_best_baseline']:.2f}x, "
+        f"sched+exec {res['sched_exec_speedup_vs_best_baseline']:.2f}x)"
         f" | sched {res['sched_ms']:.1f} ms / exec {res['exec_ms']:.1f} ms | cell bytes pq {cb['cells_pq']} "
         f"dynet {cb.get('cells_dynet')}")
     return res

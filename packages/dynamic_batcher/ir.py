@@ -245,8 +245,9 @@ class Ops:
         rest = xs[0].shape[1:]
         for i, x in enumerate(xs):
             if len(x.shape) != len(xs[0].shape) or x.shape[1:] != rest:
-                raise ShapeMismatchError(self._next_label("concat"), f"argument {i} has shape {list(x.shape)}, incompatible with "
-                                              f"argument 0 {list(xs[0].shape)}")
+                raise ShapeMismatchError(self._next_label("concat"),
+                                         f"argument {i} has shape {list(x.shape)}, incompatible with "
+                                         f"argument 0 {list(xs[0].shape)}")
         out = (sum(x.shape[0] for x in xs),) + tuple(rest)
         return self._emit("concat", xs, (), (), (out,))[0]
 
@@ -258,7 +259,8 @@ class Ops:
         """Run a static block; returns its outputs (always a tuple)."""
         lab = ""
         if len(args) != len(block.input_shapes):
-            raise ShapeMismatchError(_label("block", self._count(), (), f"<{block.name}>"), f"block {block.name} takes {len(block.input_shapes)} inputs, got {len(args)}")
+            raise ShapeMismatchError(_label("block", self._count(), (), f"<{block.name}>"),
+                                     f"block {block.name} takes {len(block.input_shapes)} inputs, got {len(args)}")
         for i, (a, s) in enumerate(zip(args, block.input_shapes)):
             if tuple(a.shape) != s:
                 raise ShapeMismatchError(_label("block", self._count(), (), f"<{block.name}>"),

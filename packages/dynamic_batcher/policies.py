@@ -822,6 +822,6 @@ def check_schedule(g: GraphView, batches: list[list[int]]) -> None:
         raise BatcherError(f"schedule misses node {g.name(done.index(False))}")
 
 
-__all__ = ["FAST", "Sim", "Policy", "NoBatching", "DepthBased", "Agenda", "AgendaDepth", "TypewiseLB", "CriticalPath", "Rollout", "BeamSearch",
-           "FixedSequence", "beam_types_py", "head_tail_types", "FixedSchedule",
+__all__ = ["FAST", "Sim", "Policy", "NoBatching", "DepthBased", "Agenda", "AgendaDepth", "TypewiseLB", "CriticalPath",
+           "Rollout", "BeamSearch", "FixedSequence", "beam_types_py", "head_tail_types", "FixedSchedule",
            "ExactSearch", "exact_optimum", "POLICIES", "DYNET_BASELINES", "make_policy", "check_schedule"]

@@ -284,7 +284,8 @@ class PQTree:
             if n.kind == "P":
                 orders = itertools.permutations(n.children)
             else:
-                orders = [tuple(n.children), tuple(reversed(n.children))] if len(n.children) > 1 else [tuple(n.children)]
+                orders = ([tuple(n.children), tuple(reversed(n.children))] if len(n.children) > 1
+                          else [tuple(n.children)])
             seen = set()
             for o in orders:
                 for parts in itertools.product(*[list(gen(c)) for c in o]):

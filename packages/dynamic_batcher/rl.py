@@ -430,7 +430,9 @@ class FSMPolicy(Policy):
         except (OSError, json.JSONDecodeError) as e:
             raise PolicyFileError(path, f"unreadable ({e})") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise PolicyFileError(path, f"not a dynamic_batcher FSM policy (format {doc.get('format') if isinstance(doc, dict) else None!r}, expected {FORMAT!r})")
+            raise PolicyFileError(path, f"not a dynamic_batcher FSM policy "
+                                        f"(format {doc.get('format') if isinstance(doc, dict) else None!r}, "
+                                        f"expected {FORMAT!r})")
         if model is not None and doc.get("fingerprint") != model.fingerprint():
             raise PolicyFileError(path, f"was trained for model {doc.get('model')!r} (fingerprint "
                                         f"{doc.get('fingerprint')}), not for model {model.name!r} (fingerprint "
@@ -467,4 +469,5 @@ def train_fsm(g: GraphView, encoding: str = "sorted", cfg: QConfig | None = None
     return p
 
 
-__all__ = ["ENCODINGS", "REFERENCE_ENCODINGS", "TYPEWISE_ENCODINGS", "FALLBACKS", "encode", "QConfig", "TrainStats", "FSMPolicy", "train_fsm"]
+__all__ = ["ENCODINGS", "REFERENCE_ENCODINGS", "TYPEWISE_ENCODINGS", "FALLBACKS", "encode", "QConfig", "TrainStats",
+           "FSMPolicy", "train_fsm"]

@@ -174,7 +174,8 @@ def sweep(hardware: Any = None, workload: Any = None, out_dir: str = ".", **para
         fig.savefig(f, dpi=110)
         plt.close(fig)
         plots.append(f)
-    return {"points": len(res), "grid": cfg.grid, "tables": ["sweep_throughput.csv", "sweep_batches.csv", "sweep_speedup.csv"],
+    return {"points": len(res), "grid": cfg.grid,
+            "tables": ["sweep_throughput.csv", "sweep_batches.csv", "sweep_speedup.csv"],
             "plots": plots,
             "speedup_range": [round(min(r["speedup_vs_best_dynet"] for r in res), 3),
                               round(max(r["speedup_vs_best_dynet"] for r in res), 3)]}

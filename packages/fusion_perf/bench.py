@@ -2,7 +2,8 @@
 
 Keys: ``exact_fraction`` and ``n_random_mappings`` (random trees over GEMM chains, convolutions incl. 3x3→3x3
 chains, attention; per-level, per-tensor counts equal to the trace simulator's, ``fusion_perf.tracesim``),
-``us_per_eval`` (median µs of one fused-attention evaluation through the public API), ``evals_per_s_batched`` (one vectorised call over many factor assignments of one tree shape),
+``us_per_eval`` (median µs of one fused-attention evaluation through the public API),
+``evals_per_s_batched`` (one vectorised call over many factor assignments of one tree shape),
 ``attention_dse``: for the nine Bert/ViT attention shapes on edge_accel and cloud_accel, the best searched
 dataflow's cycles against layer-by-layer, FLAT at head granularity (``flat_hgran``, the baseline of the reference's
 1.8x, laid out as TileFlow's published FLAT mapping: heads over the buffer instances), a stronger FLAT-HGran whose

@@ -59,7 +59,8 @@ class DSEConfig:
         self.templates = list(self.templates)
         for i, t in enumerate(self.templates):
             if canonical(t) not in TEMPLATES:
-                raise ValidationError(f"task.templates[{i}]", f"unknown template {t!r}; choose from {list(TEMPLATES)}", t)
+                raise ValidationError(f"task.templates[{i}]",
+                                      f"unknown template {t!r}; choose from {list(TEMPLATES)}", t)
         if not self.templates:
             raise ValidationError("task.templates", "at least one template is required")
 

@@ -13,8 +13,10 @@ from .search import TEMPLATES, explore
 # (name, batch·heads, M, N, K, L) — chain_fuser's Bert/ViT attention shapes (208 = 196 rounded up to 16)
 ATTENTION_SHAPES = [
     ("Bert-Small", 8, 512, 64, 64, 512), ("Bert-Base", 12, 512, 64, 64, 512), ("Bert-Large", 16, 512, 64, 64, 512),
-    ("ViT-Base/14", 12, 256, 64, 64, 256), ("ViT-Large/14", 16, 256, 64, 64, 256), ("ViT-Huge/14", 16, 256, 80, 80, 256),
-    ("ViT-Base/16", 12, 208, 64, 64, 208), ("ViT-Large/16", 16, 208, 64, 64, 208), ("ViT-Huge/16", 16, 208, 80, 80, 208),
+    ("ViT-Base/14", 12, 256, 64, 64, 256), ("ViT-Large/14", 16, 256, 64, 64, 256),
+    ("ViT-Huge/14", 16, 256, 80, 80, 256),
+    ("ViT-Base/16", 12, 208, 64, 64, 208), ("ViT-Large/16", 16, 208, 64, 64, 208),
+    ("ViT-Huge/16", 16, 208, 80, 80, 208),
 ]
 # (name, C, H, W, K1, R1, K2[, R2]): conv R1xR1 then conv R2xR2 (R2 = 1: valid 3x3 then 1x1; R2 = 3: both convs
 # "same"-padded, the intermediate read with a halo — fusion_perf.problem.conv_chain)
@@ -109,5 +111,5 @@ def geomean(xs: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-__all__ = ["ATTENTION_SHAPES", "CONV_SHAPES", "DSE_SEARCH", "REFERENCES", "FUSED_LAYER", "attention_problem", "conv_problem", "compare", "describe",
-           "geomean"]
+__all__ = ["ATTENTION_SHAPES", "CONV_SHAPES", "DSE_SEARCH", "REFERENCES", "FUSED_LAYER", "attention_problem",
+           "conv_problem", "compare", "describe", "geomean"]

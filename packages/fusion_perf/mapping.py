@@ -124,7 +124,8 @@ def substitute(node: Node, values: Mapping[str, int]) -> Node:
 _FACTOR = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([A-Za-z0-9_?]+)(\s*,\s*[0-9]+)?")
 
 
-def _parse_factors(text: Any, macros: Mapping[str, Any], where: str, autoname: str = "") -> tuple[list[tuple[str, Factor]], list[str]]:
+def _parse_factors(text: Any, macros: Mapping[str, Any], where: str,
+                   autoname: str = "") -> tuple[list[tuple[str, Factor]], list[str]]:
     if isinstance(text, Mapping):
         items = [(str(k), v) for k, v in text.items()]
     else:

@@ -203,7 +203,8 @@ def gemm_chain(M: int, K: int, L: int, N: int, batch: int = 1, name: str = "gemm
     bd = {"b": batch} if batch > 1 else {}
     bi = [A("b")] if batch > 1 else []
     bs = [batch] if batch > 1 else []
-    a, b, d = _t("A", bs + [M, K], TensorRole.input), _t("B", bs + [K, L], TensorRole.input), _t("D", bs + [L, N], TensorRole.input)
+    a, b, d = (_t("A", bs + [M, K], TensorRole.input), _t("B", bs + [K, L], TensorRole.input),
+               _t("D", bs + [L, N], TensorRole.input))
     c, e = _t("C", bs + [M, L]), _t("E", bs + [M, N], TensorRole.output)
     g1 = _einsum("GEMM1", OpKind.batch_matmul if bd else OpKind.matmul, {**bd, "m": M, "l": L, "k": K}, "k",
                  [(a, bi + [A("m"), A("k")]), (b, bi + [A("k"), A("l")])], (c, bi + [A("m"), A("l")]))
@@ -217,7 +218,8 @@ def attention(batch: int, M: int, K: int, L: int, N: int, softmax: bool = True, 
     P = softmax(S) along l (an elementwise-like op of ≈5 FLOPs per point), O[b,m,n] = Σ_l P[b,m,l]·V[b,l,n].
     Shapes follow chain_fuser's (batch, M, N, K, L)."""
     bd = {"b": batch}
-    q, k, v = _t("Q", [batch, M, K], TensorRole.input), _t("K", [batch, K, L], TensorRole.input), _t("V", [batch, L, N], TensorRole.input)
+    q, k, v = (_t("Q", [batch, M, K], TensorRole.input), _t("K", [batch, K, L], TensorRole.input),
+               _t("V", [batch, L, N], TensorRole.input))
     s, o = _t("S", [batch, M, L]), _t("O", [batch, M, N], TensorRole.output)
     ops = [_einsum("QK", OpKind.batch_matmul, {**bd, "m": M, "l": L, "k": K}, "k",
                    [(q, [A("b"), A("m"), A("k")]), (k, [A("b"), A("k"), A("l")])], (s, [A("b"), A("m"), A("l")]))]

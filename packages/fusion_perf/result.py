@@ -108,7 +108,8 @@ class Result:
         tensors = sorted({t for lv in self.levels for t in lv.tensors})
         bottom = [0.0] * len(names)
         for t in tensors:
-            vals = [lv.tensors.get(t, {}).get("reads", 0) + lv.tensors.get(t, {}).get("writes", 0) for lv in self.levels]
+            vals = [lv.tensors.get(t, {}).get("reads", 0) + lv.tensors.get(t, {}).get("writes", 0)
+                    for lv in self.levels]
             a.bar(names, vals, bottom=bottom, label=t)
             bottom = [x + y for x, y in zip(bottom, vals)]
         a.set_ylabel("words moved (reads + writes)")
@@ -123,7 +124,8 @@ class Result:
                  if labels.get(p.rsplit(".subtree[", 1)[0], "").startswith("Scope") and ".subtree[" in p]
         if not parts and self.node_cycles:
             parts = [self.node_cycles[0][:2] + (self.node_cycles[0][3],)]
-        cax.barh([f"{i}: {lab[:28]}" for i, (_, lab, _) in enumerate(parts)], [c for _, _, c in parts], color="tab:green")
+        cax.barh([f"{i}: {lab[:28]}" for i, (_, lab, _) in enumerate(parts)], [c for _, _, c in parts],
+                 color="tab:green")
         cax.set_xlabel("cycles per entry of the enclosing scope")
         cax.set_title("cycles breakdown")
         cax.tick_params(axis="y", labelsize=7)

@@ -33,9 +33,9 @@ moves across dims (grow one tile while shrinking another); a refined point is al
 (other loop orders) with the same variables. Finally (``sweep``) deterministic block sweeps evaluate every
 assignment of the shared loop factors (on every loop order) and of each op's PE-array shape around the incumbent
 and refine the best: seeds that ended in different basins mostly differed in exactly these blocks, so the best
-found per shape becomes nearly seed independent (the benchmark's ``seed_spread``). Random completions are drawn fully vectorised from per-extent divisor
-tables, so search time goes to evaluations. In the DSE every template gets the same budget
-(:data:`fusion_perf.dse.DSE_SEARCH`, ``iterations``/``rollouts``), FLAT-like and layer-by-layer included.
+found per shape becomes nearly seed independent (the benchmark's ``seed_spread``). Random completions are drawn fully
+vectorised from per-extent divisor tables, so search time goes to evaluations. In the DSE every template gets the same
+budget (:data:`fusion_perf.dse.DSE_SEARCH`, ``iterations``/``rollouts``), FLAT-like and layer-by-layer included.
 """
 from __future__ import annotations
 

@@ -102,7 +102,8 @@ def parse_arch(d: Any, where: str = "architecture") -> Arch:
         base, own = (m.group(1), int(m.group(3)) - int(m.group(2)) + 1) if m else (name, 1)
         n = outer * own
         mx = at.get("meshX")
-        mx = outer_x * (int(mx) if mx is not None else (own if at.get("meshY") is None else max(1, own // int(at["meshY"]))))
+        mx = outer_x * (int(mx) if mx is not None
+                        else (own if at.get("meshY") is None else max(1, own // int(at["meshY"]))))
         my = max(1, n // mx) if n % mx == 0 else 1
         if mx * my != n:
             mx, my = n, 1

@@ -21,7 +21,8 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 def _pos(obj: Any, name: str, prefix: str, allow_zero: bool = False) -> None:
     v = getattr(obj, name)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (v < 0 if allow_zero else v <= 0):
+    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+            or (v < 0 if allow_zero else v <= 0)):
         raise ConfigError(f"{prefix}.{name}", f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}", v)
 
 

@@ -296,7 +296,8 @@ def plan_memory(model: "str | ModelSpec | dict", method: str, batch: int, seq: i
     acc["runtime"] = p.runtime_overhead_bytes
     a_tot, h_tot = sum(acc.values()), sum(host.values())
     return {"model": spec.name, "params": P, "method": method, "batch": batch, "seq": seq, "hardware": mach.name,
-            "accelerator_bytes": acc, "accelerator_gb": a_tot / 1e9, "accelerator_capacity_gb": mach.gpu_mem_bytes / 1e9,
+            "accelerator_bytes": acc, "accelerator_gb": a_tot / 1e9,
+            "accelerator_capacity_gb": mach.gpu_mem_bytes / 1e9,
             "host_bytes": host, "host_gb": h_tot / 1e9, "host_capacity_gb": mach.host_mem_bytes / 1e9,
             "fits": bool(a_tot <= mach.gpu_mem_bytes and h_tot <= mach.host_mem_bytes)}
 

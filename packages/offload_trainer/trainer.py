@@ -212,8 +212,8 @@ class Trainer:
 
     def fit_projectors(self, initial: bool = False, grads: Optional[list] = None) -> dict[str, Any]:
         """Initial fit (per module by default; or one fit per weight shape on up to 3 layers' calibration
-        gradients, values copied to every layer of that shape) or a periodic check (refit a layer only if its error exceeds alpha, re-projecting its
-        Adam moments onto the new subspace)."""
+        gradients, values copied to every layer of that shape) or a periodic check (refit a layer only if its error
+        exceeds alpha, re-projecting its Adam moments onto the new subspace)."""
         from .projector import estimation_error, fit_projectors, reproject_moments
 
         lc = self.cfg.lsp

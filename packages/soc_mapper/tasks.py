@@ -63,7 +63,8 @@ def run_mix(hardware: Any = None, workload: Any = None, out_dir: str = ".", mix:
         wr.writerow([name, f"{r['latency_s'] * 1e3:.4f}", f"{r['energy_j'] * 1e3:.4f}", f"{r['pe_occupancy']:.4f}",
                      f"{r['search_s']:.2f}"])
     atomic_write_text(os.path.join(out_dir, "summary.csv"), buf.getvalue())
-    summary: dict[str, Any] = {"mix": mix if isinstance(mix, str) else w.name, "soc": soc.name, "nn_bandwidth": soc.nn_bandwidth, "layers": len(w),
+    summary: dict[str, Any] = {"mix": mix if isinstance(mix, str) else w.name, "soc": soc.name,
+                               "nn_bandwidth": soc.nn_bandwidth, "layers": len(w),
                                "time_budget_s": rc.time_budget_s, "seed": rc.seed, "algorithms": results}
     if "comb" in results:
         for base in ("magma", "h2h", "magma_1stream_comb_ga", "h2h_wave_greedy"):

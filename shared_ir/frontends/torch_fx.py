@@ -92,7 +92,8 @@ def from_torch(module: Any, example_inputs: Any, name: str | None = None, *, fak
             import traceback
 
             frames = [f for f in traceback.extract_tb(e.__traceback__) if "/torch/" not in f.filename]
-            where = f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else type(module).__name__
+            where = (f"{frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames
+                     else type(module).__name__)
             raise UnsupportedOpError([(f"torch.fx symbolic tracing ({type(e).__name__}: {e})", where)]) from e
         gm = fx.GraphModule(module, g)
         _propagate(gm, example_inputs, fake)
@@ -151,10 +152,12 @@ class _Translator:
         self.weights: dict[str, Tensor] = {}
         # tied parameters: one tensor per parameter object, named by its first qualified name
         self.canonical: dict[int, str] = {}
-        for qn, p in list(root.named_parameters(remove_duplicate=False)) + list(root.named_buffers(remove_duplicate=False)):
+        for qn, p in (list(root.named_parameters(remove_duplicate=False))
+                      + list(root.named_buffers(remove_duplicate=False))):
             self.canonical.setdefault(id(p), qn)
         self.qual: dict[str, str] = {}
-        for qn, p in list(root.named_parameters(remove_duplicate=False)) + list(root.named_buffers(remove_duplicate=False)):
+        for qn, p in (list(root.named_parameters(remove_duplicate=False))
+                      + list(root.named_buffers(remove_duplicate=False))):
             self.qual[qn] = self.canonical[id(p)]
         self.root = root
         self.inputs: list[str] = []

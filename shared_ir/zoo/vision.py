@@ -172,7 +172,8 @@ def googlenet(num_classes: int = 1000):
                                          BasicConv2d(ch3r, ch3, kernel_size=3, padding=1))
             self.branch3 = nn.Sequential(BasicConv2d(cin, ch5r, kernel_size=1),
                                          BasicConv2d(ch5r, ch5, kernel_size=3, padding=1))
-            self.branch4 = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True), BasicConv2d(cin, pool_proj, kernel_size=1))
+            self.branch4 = nn.Sequential(nn.MaxPool2d(3, 1, 1, ceil_mode=True),
+                                         BasicConv2d(cin, pool_proj, kernel_size=1))
 
         def forward(self, x):
             return torch.cat([self.branch1(x), self.branch2(x), self.branch3(x), self.branch4(x)], 1)

@@ -82,7 +82,8 @@ def _brute_force_dv(nest, order, tiles):
 def test_gemm_dv_matches_brute_force_all_orders(spec):
     n = chain_nest(spec)
     for order in n.orders():
-        for tiles in ({"m": 4, "k": 2, "l": 3, "n": 4}, {"m": 12, "k": 5, "l": 4, "n": 1}, {"m": 5, "k": 7, "l": 8, "n": 2}):
+        for tiles in ({"m": 4, "k": 2, "l": 3, "n": 4}, {"m": 12, "k": 5, "l": 4, "n": 1},
+                      {"m": 5, "k": 7, "l": 8, "n": 2}):
             assert n.dv(order, tiles) == _brute_force_dv(n, order, tiles), (order, tiles)
 
 

@@ -314,6 +314,7 @@ def test_torch_server_times_torch_in_its_own_process(monkeypatch):
 def test_a_users_own_chains_are_shapes_of_the_experiment():
     from chain_fuser.config import ChainsExperiment
     from chain_fuser.spec import ConvChain, GemmChain
+
     from shared_ir.errors import ValidationError
 
     c = ChainsExperiment(shapes=["ViT-Base/16", {"batch": 4, "M": 384, "N": 96, "K": 96, "L": 384},

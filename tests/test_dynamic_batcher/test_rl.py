@@ -56,7 +56,8 @@ def test_learned_table_prefers_recorded_action():
     if len(ready) < 2:
         return
     s = encode(sim, ready, "set")
-    worst = max(ready, key=lambda t: FSMPolicy("set").fallback.rank(sim, t) if FSMPolicy("set").fallback.prepare(g) is None else 0)
+    worst = max(ready, key=lambda t: FSMPolicy("set").fallback.rank(sim, t)
+                if FSMPolicy("set").fallback.prepare(g) is None else 0)
     p = FSMPolicy("set", table={s: {g.type_keys[worst]: 5.0}})
     p.prepare(g)
     assert p.greedy(sim, ready) == worst

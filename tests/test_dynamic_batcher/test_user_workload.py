@@ -4,7 +4,6 @@ from __future__ import annotations
 import sys
 
 import pytest
-
 from dynamic_batcher.errors import ConfigError
 
 USER_MODULE = '''

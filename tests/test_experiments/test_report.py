@@ -74,7 +74,8 @@ def test_measured_figures_come_from_the_bench_json(tmp_path):
     best = _row(md, "Reference GEMM chains: fused kernel vs the best library, best shape")
     assert "| 1.60× (max over 2: shapes[1].ratios.vs_openblas) |" in best
     assert "| 81.0% |" in _row(md, "Reference chains: fraction")
-    assert "| schedule+plan+execute: 2.10×; end-to-end: 2.60× |" in _row(md, "Throughput vs the best DyNet baseline, lattice")
+    assert "| schedule+plan+execute: 2.10×; end-to-end: 2.60× |" in _row(
+        md, "Throughput vs the best DyNet baseline, lattice")
     native = _row(md, "Iteration time: LSP vs native")
     assert "rtx4090_6.7b: 1.111× (+11.1%)" in native and "laptop_1.3b: 1.111× (+11.1%)" in native
     assert "rtx4090_6.7b: 2.44×" in _row(md, "ZeRO-Offload vs GPU compute alone")

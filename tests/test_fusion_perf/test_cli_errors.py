@@ -79,7 +79,8 @@ def test_factor_product_mismatch_names_op_dim_and_nodes(tmp_path, capsys):
 
 def test_missing_level(tmp_path, capsys):
     files = _copy(tmp_path)
-    files[2] = _write(tmp_path, "map.yaml", (EX / "attention" / "map.yaml").read_text().replace("target: L0", "target: L9", 1))
+    files[2] = _write(tmp_path, "map.yaml",
+                      (EX / "attention" / "map.yaml").read_text().replace("target: L0", "target: L9", 1))
     with pytest.raises(InputFormatError) as e:
         load_inputs(files)
     assert "map.yaml" in str(e.value) and ".target" in str(e.value) and "L9" in str(e.value)
@@ -106,7 +107,8 @@ def test_cycle_in_problem(tmp_path):
     assert "cycle" in str(e.value) and "cyc.yaml" in str(e.value)
     files = _copy(tmp_path)
     text = (EX / "attention" / "prob.yaml").read_text().replace("ins: Q, K\n", "ins: Q, O\n").replace(
-        "    - name: K\n      projection: [[[B]], [[A]], [[L]]]", "    - name: O\n      projection: [[[B]], [[A]], [[L]]]")
+        "    - name: K\n      projection: [[[B]], [[A]], [[L]]]",
+        "    - name: O\n      projection: [[[B]], [[A]], [[L]]]")
     files[1] = _write(tmp_path, "prob.yaml", text)
     with pytest.raises(InputFormatError) as e:
         load_inputs(files)
@@ -115,11 +117,13 @@ def test_cycle_in_problem(tmp_path):
 
 def test_unsupported_constructs_rejected(tmp_path):
     files = _copy(tmp_path)
-    files[2] = _write(tmp_path, "map.yaml", (EX / "attention" / "map.yaml").read_text().replace("factors: M=4", "factors: M=4,3", 1))
+    files[2] = _write(tmp_path, "map.yaml",
+                      (EX / "attention" / "map.yaml").read_text().replace("factors: M=4", "factors: M=4,3", 1))
     with pytest.raises(InputFormatError) as e:
         load_inputs(files)
     assert "residual" in str(e.value) and "map.yaml" in str(e.value)
-    files[2] = _write(tmp_path, "map.yaml", (EX / "attention" / "map.yaml").read_text().replace("binding: B:B M:M", "binding: B:M M:B"))
+    files[2] = _write(tmp_path, "map.yaml",
+                      (EX / "attention" / "map.yaml").read_text().replace("binding: B:B M:M", "binding: B:M M:B"))
     with pytest.raises(InputFormatError) as e:
         load_inputs(files)
     assert "binding" in str(e.value)
@@ -167,6 +171,7 @@ subtree:
 def test_dse_takes_the_users_own_shapes_and_names_a_bad_field():
     from fusion_perf.config import DSEConfig
     from fusion_perf.dse import ATTENTION_SHAPES, CONV_SHAPES
+
     from shared_ir.errors import ValidationError
 
     att = ("batch", "M", "N", "K", "L")

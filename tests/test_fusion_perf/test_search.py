@@ -42,7 +42,8 @@ def test_mcts_matches_exhaustive_optimum_on_tiny_space():
     p = gemm_chain(8, 4, 8, 4)
     arch = load_arch("edge_accel")
     tree = T("dram", "m=mr l=lr", Scope("sequential", [
-        T("l1", "m=m1 k=k1 l=l1", S("l1", "m=ms l=ls", T("l1", "m=m1r l=l1r k=k1r", T("l0", "m=1 l=1 k=1", OpLeaf("GEMM1"))))),
+        T("l1", "m=m1 k=k1 l=l1", S("l1", "m=ms l=ls", T("l1", "m=m1r l=l1r k=k1r",
+                                                        T("l0", "m=1 l=1 k=1", OpLeaf("GEMM1"))))),
         T("l1", "m=m2 l=l2 n=4", T("l0", "m=1 l=1 n=1", OpLeaf("GEMM2")))]), bypass=["C"])
     c = compile_tree(p, arch, tree)
     fs = FactorSpace(c)

@@ -148,7 +148,8 @@ def test_cpu_adam_kernel_built_for_the_avx2_cap_matches_the_reference(tmp_path):
             "torch.manual_seed(0); g = torch.randn(n); m, v, out = torch.zeros(n), torch.zeros(n), torch.empty(n); "
             "a = CPUAdam((0.9, 0.99), 1e-8, threads=1); a.delta(g, m, v, out, 1); "
             "ref = (0.1 * g / 0.1) / ((0.01 * g * g / 0.01).sqrt() + 1e-8); "
-            "print(a.lib is not None, torch.allclose(out, ref, rtol=1e-4, atol=1e-5), ' '.join(kernel_info()['flags']))")
+            "print(a.lib is not None, torch.allclose(out, ref, rtol=1e-4, atol=1e-5), "
+            "' '.join(kernel_info()['flags']))")
     env = dict(os.environ, CHAIN_FUSER_ISA="avx2", OFFLOAD_TRAINER_CACHE=str(tmp_path))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     kernel, same, flags = r.stdout.strip().split(" ", 2)

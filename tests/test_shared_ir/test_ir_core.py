@@ -60,18 +60,21 @@ def test_conv_footprint_and_macs_match_enumeration(case):
     assert op.footprint(tile, lo) == exact
     # the box span does not depend on the tile's position
     assert op.footprint_box(tile) == box
-    assert op.macs == math.prod(d.extent for d in op.dims) == sum(1 for _ in itertools.product(*[range(d.extent) for d in op.dims]))
+    assert op.macs == math.prod(d.extent for d in op.dims) == sum(
+        1 for _ in itertools.product(*[range(d.extent) for d in op.dims]))
 
 
 @st.composite
 def misc_case(draw):
-    kind = draw(st.sampled_from(["matmul", "bmm", "linear", "pool", "binary", "softmax", "reduce", "concat", "permute"]))
+    kind = draw(st.sampled_from(["matmul", "bmm", "linear", "pool", "binary", "softmax", "reduce", "concat",
+                                 "permute"]))
     n = lambda: draw(st.integers(1, 5))  # noqa: E731
     if kind == "matmul":
         op = O.matmul("o", Tensor("a", (n(), 3), role="input"), Tensor("b", (3, n()), role="weight"), "c")
     elif kind == "bmm":
         b = n()
-        op = O.batch_matmul("o", Tensor("a", (b, n(), 2), role="input"), Tensor("b", (draw(st.sampled_from([1, b])), 2, n())), "c")
+        op = O.batch_matmul("o", Tensor("a", (b, n(), 2), role="input"),
+                            Tensor("b", (draw(st.sampled_from([1, b])), 2, n())), "c")
     elif kind == "linear":
         op = O.linear("o", Tensor("x", (n(), n(), 3), role="input"), Tensor("w", (n(), 3), role="weight"), "y",
                       bias=None)
@@ -79,8 +82,8 @@ def misc_case(draw):
         op = O.pool2d("o", Tensor("x", (1, 2, n() + 3, n() + 3), role="input"), "y", kernel=draw(st.integers(1, 3)),
                       stride=draw(st.integers(1, 3)), padding=draw(st.integers(0, 1)))
     elif kind == "binary":
-        op = O.binary("o", Tensor("a", (3, n()), role="input"), Tensor("b", (1, draw(st.sampled_from([1]))), role="input"),
-                      "add", "y")
+        op = O.binary("o", Tensor("a", (3, n()), role="input"),
+                      Tensor("b", (1, draw(st.sampled_from([1]))), role="input"), "add", "y")
     elif kind == "softmax":
         op = O.softmax("o", Tensor("x", (n(), n()), role="input"), "y")
     elif kind == "reduce":
@@ -217,7 +220,8 @@ def test_bad_yaml_names_field():
     with pytest.raises(ValidationError, match=r"bad.yaml.ops\[0\].kind"):
         Graph.from_yaml("tensors: []\nops: [{name: a, kind: frob, dims: []}]", "bad.yaml")
     with pytest.raises(ValidationError, match=r"ops\[0\].inputs\[0\].tensor"):
-        Graph.from_yaml("tensors: []\nops: [{name: a, kind: matmul, dims: [], inputs: [{tensor: q, index: []}], outputs: []}]",
+        Graph.from_yaml("tensors: []\nops: [{name: a, kind: matmul, dims: [], "
+                        "inputs: [{tensor: q, index: []}], outputs: []}]",
                         "bad.yaml")
 
 
@@ -263,7 +267,8 @@ def test_touched_bytes_of_gather_and_strided_conv():
     # only the looked-up rows move, not the 30000-row table
     assert e.touched_bytes["W"] == 2 * 64 * 16 * 4
     assert e.total_bytes == 2 * 64 * 8 + 2 * 64 * 16 * 4 * 2
-    c = O.conv2d("c", Tensor("x", (1, 8, 16, 16), role="input"), Tensor("w", (8, 8, 1, 1), role="weight"), "y", stride=2)
+    c = O.conv2d("c", Tensor("x", (1, 8, 16, 16), role="input"), Tensor("w", (8, 8, 1, 1), role="weight"), "y",
+                 stride=2)
     assert c.touched_bytes["x"] == 8 * 8 * 8 * 4  # every other row and column
 
 

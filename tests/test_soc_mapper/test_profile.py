@@ -49,8 +49,8 @@ def test_fold_keeps_the_recent_past_and_returns_a_floor():
 
 
 def test_decode_of_thousands_of_layers_is_fast():
-    """One evaluation (two decodes + a simulation) of ~1,000 layers stays well under a second per 1,000 layers (it took > 4 s per
-    1,000 layers before the profiles)."""
+    """One evaluation (two decodes + a simulation) of ~1,000 layers stays well under a second per 1,000 layers
+    (it took > 4 s per 1,000 layers before the profiles)."""
     from soc_mapper.comb import CombContext, comb_evaluate, upward_rank_order
     from soc_mapper.cost import cost_table
     from soc_mapper.decoder import DecodeContext

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from soc_mapper.errors import MapperError
 from soc_mapper.tasks import run_mix
 from soc_mapper.workload import load_mix, load_user_mix
