@@ -15,12 +15,9 @@ dataflow vs the Fused-Layer structure on 3x3→1x1, 3x3→3x3 and 1x1→3x3 conv
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import random
 import resource
-import statistics
 import sys
 import time
 
@@ -92,25 +89,16 @@ def bench_speed(repeats: int = 7) -> dict:
     p = attention(12, 512, 64, 512, 64)
     arch = load_arch("edge_accel")
     tree = attention_tree()
-    for _ in range(20):
-        evaluate(p, arch, tree)
-    per = []
-    for _ in range(repeats):
-        n = 200
-        t = time.perf_counter()
-        for _ in range(n):
-            evaluate(p, arch, tree)
-        per.append((time.perf_counter() - t) / n * 1e6)
+    from shared_ir.benchkit import do_bench
+
+    one = do_bench(lambda: evaluate(p, arch, tree), warmup=20, repeats=repeats, inner=200)
     tf = template(p, arch, "tileflow")
     c = compile_tree(p, arch, tf)
     X = FactorSpace(c).complete(np.random.default_rng(0), 20000)
     c.evaluate(X[:100], batched=True)
-    rates = []
-    for _ in range(3):
-        t = time.perf_counter()
-        br = c.evaluate(X, batched=True)
-        rates.append(len(X) / (time.perf_counter() - t))
-    return {"us_per_eval": statistics.median(per), "evals_per_s_batched": statistics.median(rates),
+    batched = do_bench(lambda: c.evaluate(X, batched=True), warmup=0, repeats=3)
+    br = batched.values[-1]
+    return {"us_per_eval": one.wall * 1e6, "evals_per_s_batched": len(X) / batched.wall,
             "batched_feasible_fraction": float(br.feasible.mean()), "batch_size": len(X)}
 
 
@@ -246,15 +234,17 @@ def bench_dse(budget: dict, archs=("edge_accel", "cloud_accel"), shapes=None, wo
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m fusion_perf.bench", description=__doc__)
-    ap.add_argument("--scale", choices=list(SCALES), default="small")
-    ap.add_argument("--out", default="results/bench-fusion_perf.json")
+    from shared_ir.benchkit import bench_parser, machine, machine_line, write_json
+
+    ap = bench_parser("python -m fusion_perf.bench", __doc__, SCALES, "results/bench-fusion_perf.json")
     ap.add_argument("--shapes", nargs="*", default=None, help="attention shapes to run (default: all nine)")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes for the DSE searches (default 2)")
     a = ap.parse_args(argv)
     sc = SCALES[a.scale]
     t0 = time.perf_counter()
-    res: dict = {"scale": a.scale}
+    mach = machine()
+    print(f"fusion_perf benchmark, {machine_line(mach)}", flush=True)
+    res: dict = {"machine": mach, "scale": a.scale}
     print(f"exactness: {sc['n_random']} random trees vs the trace simulator ...", flush=True)
     res.update(bench_exact(sc["n_random"]))
     if res["exact_fraction"] is not None:
@@ -287,10 +277,8 @@ def main(argv=None) -> int:
           f"{res['conv_chain']['geomean_vs_fused_layer']:.2f}x (reference 1.28x)")
     print(f"  time                  {res['wall_s']:.0f}s wall, {res['cpu_s']:.0f}s cpu, load average "
           f"{res['load_average'][0]:.1f}")
-    from shared_ir import atomic_write_text
-
     os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    atomic_write_text(a.out, json.dumps(res, indent=2, default=float))
+    write_json(a.out, res, indent=2)
     print(f"wrote {a.out} ({res['wall_s']:.0f}s)")
     return 0
 
