@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import os
+import time
 from typing import Any
 
 from .config import ChainsExperiment
@@ -43,8 +44,12 @@ def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, 
     rows = []
     server = None if cfg.torch_in_process else TorchServer(num_cores())
     try:
-        for name, spec in items:
+        for i, (name, spec) in enumerate(items):
+            t = time.perf_counter()  # a first tune compiles several kernels: say where the run is
+            print(f"[chain_fuser] {suite} {i + 1}/{len(items)} {name}: tuning and timing ...", flush=True)
             rows.append(_suite_row(name, spec, cfg, server, dev, peak))
+            print(f"[chain_fuser] {name}: {rows[-1]['speedup_vs_torch']:.2f}x vs PyTorch eager "
+                  f"({time.perf_counter() - t:.1f} s)", flush=True)
     finally:
         if server is not None:
             server.close()
