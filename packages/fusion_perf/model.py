@@ -147,7 +147,8 @@ class Compiled:
             self.loops.append((d, n.kind == "spatial", i, f))
         for t in n.bypass:
             if t not in self.problem.tensors:
-                raise MappingError(f"{path}.bypass", f"unknown tensor {t!r}; tensors are {sorted(self.problem.tensors)}", t)
+                raise MappingError(f"{path}.bypass", f"unknown tensor {t!r}; tensors are "
+                                   f"{sorted(self.problem.tensors)}", t)
         desc = " ".join(f"{d}={f}" for d, f in n.loops)
         self.nodes.append(_N(i, "tile", path, parent, level=lv, tkind=n.kind, loops=gids, bypass=n.bypass,
                              split=n.split, label=f"Tile {n.kind} @{n.target} [{desc}]"))
@@ -238,60 +239,91 @@ class Compiled:
         return lca
 
     def _slots(self):
+        """Places every slot (``self.slots``) and precomputes what evaluation walks: each slot's link to its
+        parent, the compute operand accesses, concurrent scopes, the leaf tile of each op, the levels each node
+        hosts, and a post-order of the nodes."""
         P = self.problem
         self.slots: dict[tuple, _Slot] = {}
         self.compute_links = []  # (op, tensor, innermost slot key, is_output)
-        for (o, t), acc in P.access.items():
-            path = self.path[o]
-            cands = [k for k in path if self.nodes[k].kind == "tile" and self.nodes[k].is_slot
-                     and not self._bypassed(o, t, self.nodes[k].level)]
-            users = ([P.producer[t]] if t in P.producer else []) + P.consumers.get(t, [])
-            inter = t in P.producer and t in P.consumers
-            if inter:
-                lca = self._lca(sorted(set(users)))
-                anc = set(self._anc(lca)[:-1]) if lca != ROOT else set()
-                above = [k for k in cands if k in anc]
-                below = [k for k in cands if k not in anc and k != lca]
-                if t in P.outputs:
-                    home, hl = ROOT, 0
-                elif above:
-                    home, hl = above[-1], self.nodes[above[-1]].level
-                elif any(self._bypassed(u, t, 0) for u in set(users)) and lca != ROOT:
-                    firsts = []
-                    for u in set(users):
-                        cu = [k for k in self.path[u] if self.nodes[k].kind == "tile" and self.nodes[k].is_slot
-                              and not self._bypassed(u, t, self.nodes[k].level) and k not in anc and k != lca]
-                        if cu:
-                            firsts.append(self.nodes[cu[0]].level)
-                    home, hl = (lca, min(firsts)) if firsts else (ROOT, 0)
-                else:
-                    home, hl = ROOT, 0
-                chain = [home] + [k for k in below if self.nodes[k].level > hl]
-                top_role = "home"
+        for o, t in P.access:
+            chain, hl, top_role, users = self._slot_chain(o, t)
+            inner = self._add_chain(o, t, chain, hl, top_role, users)
+            self.compute_links.append((o, t, inner, P.producer.get(t) == o))
+        self._link_slots()
+        self._concurrent_scopes()
+        # compute traffic is charged to the innermost Tile node above each op (or the root)
+        self.leaf_tile = {}
+        for o, nodes in self.path.items():
+            tiles = [k for k in nodes if self.nodes[k].kind == "tile"]
+            self.leaf_tile[o] = tiles[-1] if tiles else ROOT
+        # nodes hosting slots (bandwidth) and capacity ownership
+        self.host: dict[int, set] = {}
+        for key, s in self.slots.items():
+            self.host.setdefault(s.node, set()).add(s.level)
+        self.order = [n.id for n in reversed(self.nodes)]  # children have larger ids: reversed is post-order
+
+    def _slot_chain(self, o: str, t: str) -> tuple[list[int], int, str, list[str]]:
+        """The nodes holding slots of tensor ``t`` on op ``o``'s path, outer to inner, the first being the top
+        slot (``ROOT`` = DRAM, or an intermediate's home); the top slot's level and role; the ops using ``t``."""
+        P = self.problem
+        cands = [k for k in self.path[o] if self.nodes[k].kind == "tile" and self.nodes[k].is_slot
+                 and not self._bypassed(o, t, self.nodes[k].level)]
+        users = ([P.producer[t]] if t in P.producer else []) + P.consumers.get(t, [])
+        if not (t in P.producer and t in P.consumers):
+            return [ROOT] + cands, 0, "top", users
+        lca = self._lca(sorted(set(users)))
+        anc = set(self._anc(lca)[:-1]) if lca != ROOT else set()
+        home, hl = self._home(t, users, cands, lca, anc)
+        below = [k for k in cands if k not in anc and k != lca]
+        return [home] + [k for k in below if self.nodes[k].level > hl], hl, "home", users
+
+    def _home(self, t: str, users: list[str], cands: list[int], lca: int, anc: set) -> tuple[int, int]:
+        """The node and level of intermediate ``t``'s home (rules in the module docstring); ``cands`` are the
+        slot nodes on one user's path, ``anc`` the strict ancestors of the users' LCA."""
+        P = self.problem
+        above = [k for k in cands if k in anc]
+        if t in P.outputs:
+            return ROOT, 0
+        if above:
+            return above[-1], self.nodes[above[-1]].level
+        if any(self._bypassed(u, t, 0) for u in set(users)) and lca != ROOT:
+            firsts = []
+            for u in set(users):
+                cu = [k for k in self.path[u] if self.nodes[k].kind == "tile" and self.nodes[k].is_slot
+                      and not self._bypassed(u, t, self.nodes[k].level) and k not in anc and k != lca]
+                if cu:
+                    firsts.append(self.nodes[cu[0]].level)
+            return (lca, min(firsts)) if firsts else (ROOT, 0)
+        return ROOT, 0
+
+    def _add_chain(self, o: str, t: str, chain: list[int], hl: int, top_role: str, users: list[str]) -> tuple:
+        """Creates the slots of ``t`` along ``chain`` for op ``o`` (sharing those other ops already created, which
+        must agree on parent and role); returns the innermost slot's key."""
+        P = self.problem
+        role = "out" if P.producer.get(t) == o else "in"
+        prev = None
+        for idx, k in enumerate(chain):
+            key = (t, k)
+            lvl = hl if idx == 0 else self.nodes[k].level
+            r = top_role if idx == 0 else role
+            if key in self.slots:
+                s = self.slots[key]
+                if s.parent != prev or (s.role != r and idx > 0):
+                    raise MappingError(self.nodes[k].path if k != ROOT else "mapping",
+                                       f"tensor {t!r} is kept inconsistently by the ops under this node "
+                                       "(bypass lists disagree)")
             else:
-                chain = [ROOT] + cands
-                hl, top_role = 0, "top"
-            role = "out" if P.producer.get(t) == o else "in"
-            prev = None
-            for idx, k in enumerate(chain):
-                key = (t, k)
-                lvl = hl if idx == 0 else self.nodes[k].level
-                r = top_role if idx == 0 else role
-                if key in self.slots:
-                    s = self.slots[key]
-                    if s.parent != prev or (s.role != r and idx > 0):
-                        raise MappingError(self.nodes[k].path if k != ROOT else "mapping",
-                                           f"tensor {t!r} is kept inconsistently by the ops under this node "
-                                           "(bypass lists disagree)")
-                else:
-                    rep = o
-                    if idx == 0 and top_role == "home":
-                        # the home holds what every user touches: the widest index map (a consumer's halo window)
-                        rep = max(sorted(set(users)), key=lambda u: sum(len(kt) for kt in P.access[(u, t)].terms))
-                    self.slots[key] = self._make_slot(t, k, lvl, r, prev, rep)
-                prev = key
-            self.compute_links.append((o, t, prev, role == "out"))
-        # the link of each slot to its parent: spatial loops between them
+                rep = o
+                if idx == 0 and top_role == "home":
+                    # the home holds what every user touches: the widest index map (a consumer's halo window)
+                    rep = max(sorted(set(users)), key=lambda u: sum(len(kt) for kt in P.access[(u, t)].terms))
+                self.slots[key] = self._make_slot(t, k, lvl, r, prev, rep)
+            prev = key
+        return prev
+
+    def _link_slots(self):
+        """The spatial loops between each slot and its parent, and between each op's innermost slots and its
+        compute (``compute_specs``), as distinct-access specs."""
         for key, s in self.slots.items():
             if s.parent is None:
                 continue
@@ -303,7 +335,10 @@ class Compiled:
             loops = self.oploops[o]
             pc = s.pos if s.node != ROOT else 0
             self.compute_specs.append((o, t, key, is_out, pc, self._distinct_spec(t, loops[pc:], o)))
-        # concurrent scopes (Parallel, Pipeline) run their children at once: the children share the PE array
+
+    def _concurrent_scopes(self):
+        """Per Parallel/Pipeline scope: the spatial loops above it, and per child, per op, those below it."""
+        # concurrent scopes run their children at once: the children share the PE array
         self.concurrent = []
         for n in self.nodes:
             if n.kind == "scope" and n.scope in ("parallel", "pipeline"):
@@ -314,16 +349,6 @@ class Compiled:
                     kids.append([[g for g in self.oploops[o][self.pos[o][n.id]:] if self.loops[g][1]]
                                  for o in self.nodes[c].ops])
                 self.concurrent.append((n.id, above, kids))
-        # compute traffic is charged to the innermost Tile node above each op (or the root)
-        self.leaf_tile = {}
-        for o, nodes in self.path.items():
-            tiles = [k for k in nodes if self.nodes[k].kind == "tile"]
-            self.leaf_tile[o] = tiles[-1] if tiles else ROOT
-        # nodes hosting slots (bandwidth) and capacity ownership
-        self.host: dict[int, set] = {}
-        for key, s in self.slots.items():
-            self.host.setdefault(s.node, set()).add(s.level)
-        self.order = [n.id for n in reversed(self.nodes)]  # children have larger ids: reversed is post-order
 
     def _make_slot(self, t: str, k: int, level: int, role: str, parent, op: str) -> _Slot:
         acc = self.problem.access[(op, t)]
@@ -375,19 +400,47 @@ class Compiled:
 
     # --- evaluation --------------------------------------------------------------------------------------
     def evaluate(self, x: Sequence[int] | np.ndarray, check: bool = True, batched: bool = False):
-        """Counts, cycles and energy for factor vector ``x`` (one per loop; ``batched``: shape [B, loops])."""
+        """Counts, cycles and energy for factor vector ``x`` (one per loop; ``batched``: shape [B, loops]).
+
+        Single: a :class:`fusion_perf.result.Result`; factors not multiplying to the extents raise, and with
+        ``check`` so do exceeded capacities and fan-outs. Batched: a :class:`BatchResult`, inf where any of these
+        constraints is violated."""
+        F, feas = self._factor_columns(x, batched)
+        mx = np.maximum if batched else max
+        self._check_extents(F, batched, feas)
+        if batched and not feas.any():
+            return BatchResult(np.full(len(feas), np.inf), np.full(len(feas), np.inf), feas)
+        tpre, spre, step = self._prefixes(F)
+        box, perinst = self._boxes(F, mx, tpre, step)
+        reads, fills, upd, nacc = self._counts(F, batched, perinst, tpre, spre, step)
+        need = self._capacity(box, mx, batched, check, feas)
+        self._check_fanout(F, batched, check, feas)
+        self._check_concurrent(F, mx, batched, check, feas)
+        total, cyc, comp, slow, fill_drain = self._cycles(F, mx, tpre, nacc)
+        energy = self._energy(reads, fills, upd)
+        if batched:
+            return BatchResult(np.where(feas, total, np.inf), np.where(feas, energy, np.inf), feas)
+        self._last_cycles = (cyc, comp)
+        return self._result(F, reads, fills, upd, total, energy, slow, need, fill_drain, spre)
+
+    def _factor_columns(self, x: Sequence[int] | np.ndarray, batched: bool) -> tuple[list, Any]:
+        """``x`` as one entry per loop (an int, or batched a view of the loop's int64 column) and the feasibility
+        mask the checks narrow in place (batched; a single vector's violations raise instead: ``True``)."""
         if batched:
             X = np.asarray(x, dtype=np.int64)
             F = [X[:, g] for g in range(X.shape[1])]
-            mx, B = np.maximum, X.shape[0]
-            feas = np.ones(B, dtype=bool)
+            feas = np.ones(X.shape[0], dtype=bool)
         else:
             F = [int(v) for v in x]
-            mx, B, feas = max, 1, True
+            feas = True
         if len(F) != len(self.loops):
             raise MappingError("mapping", f"factor vector has {len(F)} entries, the tree has {len(self.loops)} loops")
-        P, arch = self.problem, self.arch
-        # loop-count constraint
+        return F, feas
+
+    def _check_extents(self, F: list, batched: bool, feas) -> None:
+        """Each op's factors over a dim must multiply to the dim's extent: batched, violations are cleared in
+        ``feas``; single, the first raises a :class:`MappingError` naming the loops."""
+        P = self.problem
         for o, dl in self.opdim.items():
             for d, gs in dl.items():
                 prod = 1
@@ -399,9 +452,12 @@ class Compiled:
                     where = ", ".join(f"{self.nodes[self.loops[g][2]].path}:{d}={F[g]}" for g in gs) or "no loop"
                     raise MappingError(f"mapping (op {o}, dim {d})", f"product of factors {prod} != extent "
                                        f"{P.dims[d]} ({where})", prod)
-        if batched and not feas.any():
-            return BatchResult(np.full(B, np.inf), np.full(B, np.inf), feas)
-        # per-op prefix products
+
+    def _prefixes(self, F: list) -> tuple[dict, dict, dict]:
+        """Per op, down its loop nest: the products of the temporal and of the spatial factors of the loops above
+        each position (lists one longer than the nest, starting at 1), and each loop's step (its dim's extent
+        over the product of that dim's factors at and above the loop)."""
+        P = self.problem
         tpre, spre, step = {}, {}, {}
         for o, loops in self.oploops.items():
             tp, sp_, t_, s_ = [1], [1], 1, 1
@@ -419,18 +475,12 @@ class Compiled:
                 cum[d] = c
                 st.append(P.dims[d] // c)
             tpre[o], spre[o], step[o] = tp, sp_, st
-        L = len(arch.levels)
-        reads = [dict() for _ in range(L)]
-        fills = [dict() for _ in range(L)]
-        upd = [dict() for _ in range(L)]
-        nacc: dict[int, dict[int, list]] = {}
+        return tpre, spre, step
 
-        def add(tab, lv, t, v, node, rw, inst):
-            # counts per level/tensor; for bandwidth, words per instance charged to the node whose execution moves them
-            tab[lv][t] = tab[lv].get(t, 0) + v
-            a = nacc.setdefault(node, {}).setdefault(lv, [0, 0])
-            a[rw] = a[rw] + v / inst
-
+    def _boxes(self, F: list, mx, tpre: dict, step: dict) -> tuple[dict, dict]:
+        """Per slot, its box (words per instance); per slot below the top, the words moved per instance over
+        the run (filled for inputs, drained for outputs), by the closed form in the module docstring."""
+        P = self.problem
         perinst, box = {}, {}
         for key, s in self.slots.items():
             tp = tpre[s.rep]
@@ -466,6 +516,24 @@ class Compiled:
                         if coeffs[kk]:
                             accs[kk] = accs[kk] + coeffs[kk] * stj * (fj - 1)
             perinst[key] = tot
+        return box, perinst
+
+    def _counts(self, F: list, batched: bool, perinst: dict, tpre: dict, spre: dict, step: dict):
+        """``(reads, fills, updates, nacc)``: the first three per level, ``{tensor: words}``, from slot moves, the
+        parent accesses serving them (after multicast/reduction) and compute operands; ``nacc``, per node whose
+        execution moves words, ``{level: [reads, writes]}`` per instance (for bandwidth)."""
+        L = len(self.arch.levels)
+        reads = [dict() for _ in range(L)]
+        fills = [dict() for _ in range(L)]
+        upd = [dict() for _ in range(L)]
+        nacc: dict[int, dict[int, list]] = {}
+
+        def add(tab, lv, t, v, node, rw, inst):
+            # counts per level/tensor; for bandwidth, words per instance charged to the node whose execution moves them
+            tab[lv][t] = tab[lv].get(t, 0) + v
+            a = nacc.setdefault(node, {}).setdefault(lv, [0, 0])
+            a[rw] = a[rw] + v / inst
+
         for key, s in self.slots.items():
             if s.parent is None:
                 continue
@@ -484,7 +552,14 @@ class Compiled:
             s = self.slots[key]
             v = spre[o][pc] * self._distinct(spec, F, batched, step[o], o) * tpre[o][-1]
             add(upd if is_out else reads, s.level, t, v, self.leaf_tile[o], 1 if is_out else 0, spre[o][pc])
-        # capacity
+        return reads, fills, upd, nacc
+
+    def _capacity(self, box: dict, mx, batched: bool, check: bool, feas) -> dict:
+        """Per node, ``{level: words}`` needed by its subtree: its own slots' boxes plus its children's needs
+        (the max over a Sequential scope's children, which never hold slots at once; else the sum). A level
+        over capacity raises a :class:`CapacityError` (single, with ``check``) or is cleared in ``feas`` at the
+        root (batched)."""
+        arch = self.arch
         own: dict[int, dict[int, Any]] = {}
         for key, s in self.slots.items():
             if s.node != ROOT:
@@ -516,11 +591,15 @@ class Compiled:
                         fp = {s.tensor: box[k] for k, s in self.slots.items() if s.node == i and s.level == lv}
                         raise CapacityError(n.path, arch.levels[lv].name, v, cap,
                                             f"{n.label}; tiles held here: {fp}" if fp else n.label)
-        root_need = need[0]
         if batched:
-            for lv, v in root_need.items():
+            for lv, v in need[0].items():
                 feas &= v <= arch.levels[lv].capacity_words
-        # fan-out
+        return need
+
+    def _check_fanout(self, F: list, batched: bool, check: bool, feas) -> None:
+        """Each op's spatial loops per level must fit the level's fan-out (x and y separately where a node splits
+        them): batched, violations are cleared in ``feas``; single, with ``check``, a :class:`FanoutError`."""
+        arch = self.arch
         for (o, lv, k, allg, xs, ys) in self.fan:
             fx, fy = arch.fanout(lv)
             tot = 1
@@ -536,7 +615,14 @@ class Compiled:
             elif check and (tot > fx * fy or px > fx or py > fy):
                 raise FanoutError(self.nodes[k].path, arch.levels[lv].name, tot if tot > fx * fy else max(px, py),
                                   fx * fy if tot > fx * fy else (fx if px > fx else fy),
-                                  f"spatial loops of op {o} below {arch.levels[lv].name}: x {px} of {fx}, y {py} of {fy}")
+                                  f"spatial loops of op {o} below {arch.levels[lv].name}: "
+                                  f"x {px} of {fx}, y {py} of {fy}")
+
+    def _check_concurrent(self, F: list, mx, batched: bool, check: bool, feas) -> None:
+        """The children of a Parallel or Pipeline scope (each as wide as its widest op), times the spatial loops
+        above the scope, must fit the PE array: batched, violations are cleared in ``feas``; single, with
+        ``check``, a :class:`FanoutError`."""
+        arch = self.arch
         for (k, above, kids) in self.concurrent:
             used = 0
             for paths in kids:
@@ -554,7 +640,12 @@ class Compiled:
             elif check and used > arch.num_pes:
                 raise FanoutError(self.nodes[k].path, "PE array", used, arch.num_pes,
                                   f"{self.nodes[k].label}: its children run concurrently and together need {used} PEs")
-        # cycles
+
+    def _cycles(self, F: list, mx, tpre: dict, nacc: dict):
+        """``(total, cyc, comp, slow, fill_drain)`` by the rules in the module docstring, bottom-up: per node its
+        cycles with (``cyc``) and without (``comp``) its own bandwidth bound, per ``(node, level)`` the slowdown
+        that bound causes, and the pipelines' fill/drain cycles."""
+        arch = self.arch
         cyc: dict[int, Any] = {}
         comp: dict[int, Any] = {}
         slow: dict[int, Any] = {}
@@ -595,27 +686,27 @@ class Compiled:
                     c = mx(c, b)
             cyc[i] = c
         total = cyc[0]
-        comp_root = total
         if ROOT in nacc:
             for lv, (r, w) in nacc[ROOT].items():
                 lvl = arch.levels[lv]
                 b = mx(r / lvl.read_bw, w / lvl.write_bw)
-                slow[(ROOT, lv)] = mx(comp_root, b) / comp_root
+                slow[(ROOT, lv)] = mx(cyc[0], b) / cyc[0]
                 total = mx(total, b)
-        # energy
+        return total, cyc, comp, slow, fill_drain
+
+    def _energy(self, reads: list, fills: list, upd: list):
+        """pJ: each level's reads and writes at its access energies, plus the MAC energy per compute point."""
+        arch = self.arch
         energy = 0.0
-        for lv in range(L):
+        for lv in range(len(arch.levels)):
             lvl = arch.levels[lv]
-            for t, v in reads[lv].items():
+            for v in reads[lv].values():
                 energy = energy + v * lvl.read_energy
             for tab in (fills, upd):
-                for t, v in tab[lv].items():
+                for v in tab[lv].values():
                     energy = energy + v * lvl.write_energy
         energy = energy + self.points * arch.mac_energy
-        if batched:
-            return BatchResult(np.where(feas, total, np.inf), np.where(feas, energy, np.inf), feas)
-        self._last_cycles = (cyc, comp)
-        return self._result(F, reads, fills, upd, total, energy, slow, need, fill_drain, spre)
+        return energy
 
     def _distinct(self, spec, F, batched, step, op):
         rel, simple, acc = spec
@@ -664,8 +755,8 @@ class Compiled:
                       levels=levels, bottleneck=worst.name if worst.slowdown > 1 + 1e-12 else "compute",
                       spatial_util=pes / arch.num_pes, pipeline_fill_drain=float(fill_drain),
                       factors={f"{self.nodes[self.loops[g][2]].path}:{self.loops[g][0]}": F[g] for g in range(len(F))},
-                      node_cycles=[(n.path, n.label, float(self._last_cycles[1][n.id]), float(self._last_cycles[0][n.id]))
-                                   for n in self.nodes])
+                      node_cycles=[(n.path, n.label, float(self._last_cycles[1][n.id]),
+                                    float(self._last_cycles[0][n.id])) for n in self.nodes])
 
 
 @dataclass
