@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from typing import Any
+from typing import Any, Callable
 
 from .. import ops as O
 from ..affine import AffineExpr
@@ -130,6 +130,10 @@ class _Translator:
         for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
             self.info[vi.name] = _vi_shape(vi)
         self.inputs: list[str] = []
+        self._add_inputs()
+
+    def _add_inputs(self) -> None:
+        """Graph inputs that are not initializers become ``input`` tensors; their shapes must be static."""
         for vi in self.g.input:
             if vi.name in self.consts:
                 continue
@@ -194,6 +198,11 @@ class _Translator:
                         self.env[o] = Tensor(o, s or (1,), dt)
         if self.unsupported:
             raise UnsupportedOpError(self.unsupported)
+        return self._finish(name)
+
+    def _finish(self, name: str) -> Graph:
+        """The Graph, its outputs retagged ``output``; a graph output no op produces (an input, a weight) gets a
+        ``copy`` op named ``output_<i>``; an op's output listed twice is one graph output."""
         produced = {t for o in self.ops for t in o.output_names}
         retag, names = {}, []
         for i, vi in enumerate(self.g.output):
@@ -268,179 +277,16 @@ class _Translator:
         return True
 
     def translate(self, node: Any, i: int) -> None:
+        """Lower one node: fold it when constant, else hand it to the ``_n_<family>`` handler of its op type."""
         if self.fold(node):
             return
-        op = node.op_type
         a = self.attrs(node)
         outn = node.output[0]
         name = self.opname(node, i)
-        if op in _ALIAS:
-            self.env[outn] = self.T(node.input[0])
-            return
-        if op == "Cast":
-            x = self.T(node.input[0])
-            dt = _ONNX_DTYPES.get(a["to"], DType.float32)
-            if dt == x.dtype:
-                self.env[outn] = x
-                return
-            o = self.out(outn, x.shape)
-            o = Tensor(o.name, o.shape, dt)
-            self.add(dataclasses.replace(O.unary(name, x, "cast", o, 1), attrs={"fn": "cast", "dtype": dt.value}), outn)
-            return
-        if op in _UNARY:
-            x = self.T(node.input[0])
-            fn = _UNARY[op]
-            o = O.unary(name, x, fn, self.out(outn, x.shape), UNARY_FLOPS.get(fn, 1))
-            if op == "LeakyRelu":
-                o = dataclasses.replace(o, attrs={**o.attr_dict, "negative_slope": float(a.get("alpha", 0.01))})
-            self.add(o, outn)
-            return
-        if op == "Clip":
-            x = self.T(node.input[0])
-            lo = self._scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else a.get("min")
-            hi = self._scalar(node.input[2]) if len(node.input) > 2 and node.input[2] else a.get("max")
-            fn = "relu6" if (lo, hi) == (0.0, 6.0) else "relu" if (lo == 0.0 and hi is None) else "clip"
-            o = O.unary(name, x, fn, self.out(outn, x.shape), 1)
-            if fn == "clip":
-                o = dataclasses.replace(o, attrs={**o.attr_dict, **{k: v for k, v in (("min", lo), ("max", hi)) if v is not None}})
-            self.add(o, outn)
-            return
-        if op in _BINARY:
-            self._binary(node, name, _BINARY[op])
-            return
-        if op == "Where":
-            cond, x, y = node.input
-            act = [n for n in (x, y) if not self.is_const(n)]
-            if len(act) != 1:
-                raise _Unsupported("Where needs exactly one non-constant branch")
-            t = self.T(act[0])
-            self.add(O.binary(name, t, self.T(cond), "masked_fill", outn), outn)
-            return
-        if op == "MatMul":
-            A_, B_ = self.T(node.input[0]), self.T(node.input[1])
-            if len(A_.shape) < 2 or len(B_.shape) < 2:
-                raise _Unsupported("MatMul with a 1-D operand")
-            self.add(O.matmul(name, A_, B_, outn), outn)
-            return
-        if op == "Gemm":
-            self._gemm(node, name, a)
-            return
-        if op == "Conv":
-            self._conv(node, name, a)
-            return
-        if op == "BatchNormalization":
-            x = self.T(node.input[0])
-            o = O.affine_channel(name, x, self.T(node.input[1]), self.T(node.input[2]), self.out(outn, x.shape), 1)
-            self.add(dataclasses.replace(o, attrs={**o.attr_dict, "eps": float(a.get("epsilon", 1e-5))}), outn)
-            return
-        if op in ("Softmax", "LogSoftmax"):
-            x = self.T(node.input[0])
-            axis = a.get("axis", -1 if self.opset >= 13 else 1)
-            if self.opset < 13 and axis % len(x.shape) != len(x.shape) - 1:
-                raise _Unsupported("pre-opset-13 Softmax over a non-last axis (flattening semantics)")
-            o = O.softmax(name, x, self.out(outn, x.shape), axis)
-            if op == "LogSoftmax":
-                o = dataclasses.replace(o, attrs={**o.attr_dict, "log": True})
-            self.add(o, outn)
-            return
-        if op == "LayerNormalization":
-            x = self.T(node.input[0])
-            axis = a.get("axis", -1) % len(x.shape)
-            w = self.T(node.input[1])
-            b = self.T(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-            self.add(O.layernorm(name, x, self.out(outn, x.shape), w, b, normalized_ndim=len(x.shape) - axis), outn)
-            return
-        if op in _REDUCE:
-            x = self.T(node.input[0])
-            axes = a.get("axes")
-            if axes is None and len(node.input) > 1 and node.input[1]:
-                axes = [int(v) for v in self._const(node.input[1]).reshape(-1)]
-            if axes is None:
-                axes = list(range(len(x.shape)))
-            keep = bool(a.get("keepdims", 1))
-            if not keep and len(set(ax % len(x.shape) for ax in axes)) == len(x.shape):
-                t = self.add(O.reduce(name + ".r", x, axes, name + ".r", _REDUCE[op], keep))
-                self.add(O.view(name, t, (), Tensor(outn, (), x.dtype)), outn)
-            else:
-                self.add(O.reduce(name, x, axes, outn, _REDUCE[op], keep), outn)
-            return
-        if op in ("MaxPool", "AveragePool"):
-            self._pool(node, name, a, "max" if op == "MaxPool" else "avg")
-            return
-        if op in ("GlobalAveragePool", "GlobalMaxPool"):
-            x = self.T(node.input[0])
-            if len(x.shape) != 4:
-                raise _Unsupported(f"{op} on rank {len(x.shape)}")
-            fn = "avg" if op == "GlobalAveragePool" else "max"
-            self.add(O.pool2d(name, x, outn, x.shape[2:], 1, 0, fn), outn)
-            return
-        if op in ("Flatten", "Reshape", "Squeeze", "Unsqueeze"):
-            x = self.T(node.input[0])
-            o = self.out(outn, self._view_shape(node, a, x))
-            if tuple(o.shape) == tuple(x.shape):
-                self.env[outn] = x
-            else:
-                self.add(O.view(name, x, o.shape, o), outn)
-            return
-        if op == "Transpose":
-            x = self.T(node.input[0])
-            perm = a.get("perm", list(range(len(x.shape)))[::-1])
-            self.add(O.permute(name, x, perm, outn), outn)
-            return
-        if op == "Concat":
-            xs = [self.T(n) for n in node.input if n]
-            if len(xs) == 1:
-                self.env[outn] = xs[0]
-            else:
-                self.add(O.concat(name, xs, a["axis"], outn), outn)
-            return
-        if op == "Split":
-            x = self.T(node.input[0])
-            axis = a.get("axis", 0) % len(x.shape)
-            if "split" in a:
-                sizes = [int(v) for v in a["split"]]
-            elif len(node.input) > 1 and node.input[1]:
-                sizes = [int(v) for v in self._const(node.input[1]).reshape(-1)]
-            else:  # equal parts (the last one smaller), opset 18's num_outputs
-                k = len(node.output)
-                c = -(-x.shape[axis] // k)
-                sizes = [min(c, x.shape[axis] - j * c) for j in range(k)]
-            off = 0
-            for k, (o, ln) in enumerate(zip(node.output, sizes)):
-                shape = list(x.shape)
-                shape[axis] = ln
-                if o:
-                    self.add(slice_op(self.opname(node, i, f".{k}"), x, self.out(o, shape), axis, off), o)
-                off += ln
-            return
-        if op == "Slice":
-            self._slice(node, name)
-            return
-        if op == "Gather":
-            self._gather(node, name, a)
-            return
-        if op == "Expand":
-            import numpy as np
-
-            x = self.T(node.input[0])
-            o = self.out(outn, np.broadcast_shapes(tuple(x.shape), tuple(int(v) for v in self._const(node.input[1]))))
-            if tuple(o.shape) == tuple(x.shape):
-                self.env[outn] = x
-            else:
-                self.add(expand_op(name, x, o), outn)
-            return
-        if op == "LSTM":
-            self._lstm(node, name, a)
-            return
-        if op in ("Resize", "Upsample"):
-            mode = a.get("mode", b"nearest")
-            mode = mode.decode() if isinstance(mode, bytes) else mode
-            if mode != "nearest":
-                raise _Unsupported(f"mode={mode!r} (only nearest)")
-            x = self.T(node.input[0])
-            self.add(upsample_nearest_op(name, x, self.out(outn, self._resize_shape(node, x))), outn)
-            return
-        raise _Unsupported("")
+        handler = _NODE_HANDLERS.get(node.op_type)
+        if handler is None:
+            raise _Unsupported("")
+        handler(self, node, i, a, name, outn)
 
     # --- op lowerings ---------------------------------------------------------------------------------------------
     def _const(self, n: str):
@@ -685,6 +531,223 @@ class _Translator:
             self.add(slice_op(name, x, o, axis, v[0]), node.output[0])
             return
         raise _Unsupported("Gather with non-contiguous constant indices")
+
+
+# --- node handlers ----------------------------------------------------------------------------------------------
+# One per ONNX op family, all called as handler(tr, node, i, a, name, outn) by _Translator.translate: the node's
+# index, its attributes, the IR op name to use and its first output's value name.
+def _n_alias(tr, node, i, a, name, outn):
+    tr.env[outn] = tr.T(node.input[0])
+
+
+def _n_cast(tr, node, i, a, name, outn):
+    x = tr.T(node.input[0])
+    dt = _ONNX_DTYPES.get(a["to"], DType.float32)
+    if dt == x.dtype:
+        tr.env[outn] = x
+        return
+    o = tr.out(outn, x.shape)
+    o = Tensor(o.name, o.shape, dt)
+    tr.add(dataclasses.replace(O.unary(name, x, "cast", o, 1), attrs={"fn": "cast", "dtype": dt.value}), outn)
+
+
+def _n_unary(tr, node, i, a, name, outn):
+    x = tr.T(node.input[0])
+    fn = _UNARY[node.op_type]
+    o = O.unary(name, x, fn, tr.out(outn, x.shape), UNARY_FLOPS.get(fn, 1))
+    if node.op_type == "LeakyRelu":
+        o = dataclasses.replace(o, attrs={**o.attr_dict, "negative_slope": float(a.get("alpha", 0.01))})
+    tr.add(o, outn)
+
+
+def _n_clip(tr, node, i, a, name, outn):
+    """``relu6`` for [0, 6], ``relu`` for [0, ∞), else ``clip`` with the bounds that are set."""
+    x = tr.T(node.input[0])
+    lo = tr._scalar(node.input[1]) if len(node.input) > 1 and node.input[1] else a.get("min")
+    hi = tr._scalar(node.input[2]) if len(node.input) > 2 and node.input[2] else a.get("max")
+    fn = "relu6" if (lo, hi) == (0.0, 6.0) else "relu" if (lo == 0.0 and hi is None) else "clip"
+    o = O.unary(name, x, fn, tr.out(outn, x.shape), 1)
+    if fn == "clip":
+        bounds = {k: v for k, v in (("min", lo), ("max", hi)) if v is not None}
+        o = dataclasses.replace(o, attrs={**o.attr_dict, **bounds})
+    tr.add(o, outn)
+
+
+def _n_binary(tr, node, i, a, name, outn):
+    tr._binary(node, name, _BINARY[node.op_type])
+
+
+def _n_where(tr, node, i, a, name, outn):
+    """``Where`` with one constant branch (the exporters' masked_fill) is a ``masked_fill`` of the other one."""
+    cond, x, y = node.input
+    act = [n for n in (x, y) if not tr.is_const(n)]
+    if len(act) != 1:
+        raise _Unsupported("Where needs exactly one non-constant branch")
+    t = tr.T(act[0])
+    tr.add(O.binary(name, t, tr.T(cond), "masked_fill", outn), outn)
+
+
+def _n_matmul(tr, node, i, a, name, outn):
+    A_, B_ = tr.T(node.input[0]), tr.T(node.input[1])
+    if len(A_.shape) < 2 or len(B_.shape) < 2:
+        raise _Unsupported("MatMul with a 1-D operand")
+    tr.add(O.matmul(name, A_, B_, outn), outn)
+
+
+def _n_gemm(tr, node, i, a, name, outn):
+    tr._gemm(node, name, a)
+
+
+def _n_conv(tr, node, i, a, name, outn):
+    tr._conv(node, name, a)
+
+
+def _n_batchnorm(tr, node, i, a, name, outn):
+    x = tr.T(node.input[0])
+    o = O.affine_channel(name, x, tr.T(node.input[1]), tr.T(node.input[2]), tr.out(outn, x.shape), 1)
+    tr.add(dataclasses.replace(o, attrs={**o.attr_dict, "eps": float(a.get("epsilon", 1e-5))}), outn)
+
+
+def _n_softmax(tr, node, i, a, name, outn):
+    """Softmax and LogSoftmax (``log`` attr); the axis default changed from 1 to -1 in opset 13."""
+    x = tr.T(node.input[0])
+    axis = a.get("axis", -1 if tr.opset >= 13 else 1)
+    if tr.opset < 13 and axis % len(x.shape) != len(x.shape) - 1:
+        raise _Unsupported("pre-opset-13 Softmax over a non-last axis (flattening semantics)")
+    o = O.softmax(name, x, tr.out(outn, x.shape), axis)
+    if node.op_type == "LogSoftmax":
+        o = dataclasses.replace(o, attrs={**o.attr_dict, "log": True})
+    tr.add(o, outn)
+
+
+def _n_layernorm(tr, node, i, a, name, outn):
+    x = tr.T(node.input[0])
+    axis = a.get("axis", -1) % len(x.shape)
+    w = tr.T(node.input[1])
+    b = tr.T(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    tr.add(O.layernorm(name, x, tr.out(outn, x.shape), w, b, normalized_ndim=len(x.shape) - axis), outn)
+
+
+def _n_reduce(tr, node, i, a, name, outn):
+    """Reductions over ``axes`` (an attribute, or an input since opset 13/18; none: all axes); a full reduction
+    without keepdims is a ``reduce`` (to [1]) then a ``view`` to the 0-d output."""
+    x = tr.T(node.input[0])
+    axes = a.get("axes")
+    if axes is None and len(node.input) > 1 and node.input[1]:
+        axes = [int(v) for v in tr._const(node.input[1]).reshape(-1)]
+    if axes is None:
+        axes = list(range(len(x.shape)))
+    keep = bool(a.get("keepdims", 1))
+    fn = _REDUCE[node.op_type]
+    if not keep and len(set(ax % len(x.shape) for ax in axes)) == len(x.shape):
+        t = tr.add(O.reduce(name + ".r", x, axes, name + ".r", fn, keep))
+        tr.add(O.view(name, t, (), Tensor(outn, (), x.dtype)), outn)
+    else:
+        tr.add(O.reduce(name, x, axes, outn, fn, keep), outn)
+
+
+def _n_pool(tr, node, i, a, name, outn):
+    tr._pool(node, name, a, "max" if node.op_type == "MaxPool" else "avg")
+
+
+def _n_global_pool(tr, node, i, a, name, outn):
+    x = tr.T(node.input[0])
+    if len(x.shape) != 4:
+        raise _Unsupported(f"{node.op_type} on rank {len(x.shape)}")
+    fn = "avg" if node.op_type == "GlobalAveragePool" else "max"
+    tr.add(O.pool2d(name, x, outn, x.shape[2:], 1, 0, fn), outn)
+
+
+def _n_view(tr, node, i, a, name, outn):
+    """Flatten/Reshape/Squeeze/Unsqueeze: a ``view``, or an alias when the shape does not change."""
+    x = tr.T(node.input[0])
+    o = tr.out(outn, tr._view_shape(node, a, x))
+    if tuple(o.shape) == tuple(x.shape):
+        tr.env[outn] = x
+    else:
+        tr.add(O.view(name, x, o.shape, o), outn)
+
+
+def _n_transpose(tr, node, i, a, name, outn):
+    x = tr.T(node.input[0])
+    perm = a.get("perm", list(range(len(x.shape)))[::-1])
+    tr.add(O.permute(name, x, perm, outn), outn)
+
+
+def _n_concat(tr, node, i, a, name, outn):
+    xs = [tr.T(n) for n in node.input if n]
+    if len(xs) == 1:
+        tr.env[outn] = xs[0]
+    else:
+        tr.add(O.concat(name, xs, a["axis"], outn), outn)
+
+
+def _n_split(tr, node, i, a, name, outn):
+    """One ``slice`` per used output, named ``<node>.<k>``; sizes from the ``split`` attribute or input, else
+    equal parts."""
+    x = tr.T(node.input[0])
+    axis = a.get("axis", 0) % len(x.shape)
+    if "split" in a:
+        sizes = [int(v) for v in a["split"]]
+    elif len(node.input) > 1 and node.input[1]:
+        sizes = [int(v) for v in tr._const(node.input[1]).reshape(-1)]
+    else:  # equal parts (the last one smaller), opset 18's num_outputs
+        k = len(node.output)
+        c = -(-x.shape[axis] // k)
+        sizes = [min(c, x.shape[axis] - j * c) for j in range(k)]
+    off = 0
+    for k, (o, ln) in enumerate(zip(node.output, sizes)):
+        shape = list(x.shape)
+        shape[axis] = ln
+        if o:
+            tr.add(slice_op(tr.opname(node, i, f".{k}"), x, tr.out(o, shape), axis, off), o)
+        off += ln
+
+
+def _n_slice(tr, node, i, a, name, outn):
+    tr._slice(node, name)
+
+
+def _n_gather(tr, node, i, a, name, outn):
+    tr._gather(node, name, a)
+
+
+def _n_expand(tr, node, i, a, name, outn):
+    """An ``expand`` to the broadcast of the input and the constant shape; an alias when that changes nothing."""
+    import numpy as np
+
+    x = tr.T(node.input[0])
+    o = tr.out(outn, np.broadcast_shapes(tuple(x.shape), tuple(int(v) for v in tr._const(node.input[1]))))
+    if tuple(o.shape) == tuple(x.shape):
+        tr.env[outn] = x
+    else:
+        tr.add(expand_op(name, x, o), outn)
+
+
+def _n_lstm(tr, node, i, a, name, outn):
+    tr._lstm(node, name, a)
+
+
+def _n_resize(tr, node, i, a, name, outn):
+    """Resize/Upsample, nearest mode only, to the size from constant sizes/scales or shape inference."""
+    mode = a.get("mode", b"nearest")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode != "nearest":
+        raise _Unsupported(f"mode={mode!r} (only nearest)")
+    x = tr.T(node.input[0])
+    tr.add(upsample_nearest_op(name, x, tr.out(outn, tr._resize_shape(node, x))), outn)
+
+
+_NODE_HANDLERS: dict[str, Callable] = {
+    **dict.fromkeys(_ALIAS, _n_alias), "Cast": _n_cast, **dict.fromkeys(_UNARY, _n_unary), "Clip": _n_clip,
+    **dict.fromkeys(_BINARY, _n_binary), "Where": _n_where, "MatMul": _n_matmul, "Gemm": _n_gemm, "Conv": _n_conv,
+    "BatchNormalization": _n_batchnorm, "Softmax": _n_softmax, "LogSoftmax": _n_softmax,
+    "LayerNormalization": _n_layernorm, **dict.fromkeys(_REDUCE, _n_reduce),
+    "MaxPool": _n_pool, "AveragePool": _n_pool, "GlobalAveragePool": _n_global_pool, "GlobalMaxPool": _n_global_pool,
+    **dict.fromkeys(("Flatten", "Reshape", "Squeeze", "Unsqueeze"), _n_view), "Transpose": _n_transpose,
+    "Concat": _n_concat, "Split": _n_split, "Slice": _n_slice, "Gather": _n_gather, "Expand": _n_expand,
+    "LSTM": _n_lstm, "Resize": _n_resize, "Upsample": _n_resize,
+}
 
 
 def _vi_shape(vi: Any) -> tuple[tuple[int, ...] | None, DType]:
