@@ -210,6 +210,8 @@ def _tune_metaschedule(ctx: _Run, items: list[dict]) -> None:
     from .metaschedule import metaschedule_unfused
 
     workers = ctx.threads if cfg.get("workers") == "cores" else int(cfg.get("workers") or 1)
+    ctx.log(f"MetaSchedule baseline: tuning {len(ms_items)} chains without fusion ({cfg['trials']} trials per "
+            f"operator, at most {cfg['timeout_s']} s per run) before any timing ...")
     ctx.ms_chains, ctx.ms_runs = metaschedule_unfused([it["spec"] for it in ms_items], cfg["trials"],
                                                       cfg["timeout_s"], cfg.get("per_iter", 4),
                                                       cfg.get("search", "replay-trace"), cfg.get("group"), workers,

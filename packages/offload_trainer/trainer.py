@@ -14,6 +14,7 @@ import io
 import math
 import os
 import time
+import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
@@ -63,8 +64,6 @@ class Trainer:
         self._zero = None
         self._setup()
         if cfg.model.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
-            import warnings
-
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 self.model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
@@ -144,7 +143,10 @@ class Trainer:
                 groups.insert(0, {"params": head})
             self.trainable = ws + head
             self.n_trainable = sum(p.numel() for p in self.trainable)  # full weights train (states are low-rank)
-            self.opt = GaLoreAdamW(groups, lr=tc.lr, betas=tc.betas, eps=tc.eps, weight_decay=0.0)
+            with warnings.catch_warnings():  # GaLore's own "this AdamW is deprecated" notice, on every construction
+                warnings.filterwarnings("ignore", message="This implementation of AdamW is deprecated",
+                                        category=FutureWarning)
+                self.opt = GaLoreAdamW(groups, lr=tc.lr, betas=tc.betas, eps=tc.eps, weight_decay=0.0)
 
     # --- batches and losses ----------------------------------------------------------------------------------------
     def _batch(self, data, idx) -> dict:
