@@ -204,19 +204,14 @@ def _child_main(argv: list[str]) -> None:
     print(json.dumps({"tune_s": tune_s, "search": strategy}))
 
 
-_CHILD = "import json, sys; sys.path[:0] = json.loads(sys.argv[1]); " \
-         "from chain_fuser.metaschedule import _child_main; _child_main(sys.argv[2:])"
-
-
 def _tune_group(specs, trials, timeout_s, per_iter, strategy, workers):
-    from .child import child_sys_path
     from .kernel import import_tvm
 
     tvm = import_tvm()
     with tempfile.TemporaryDirectory() as d:
         t = time.perf_counter()
         # its own session: on timeout the whole group (MetaSchedule's builder/runner workers too) is ended
-        p = subprocess.Popen([sys.executable, "-c", _CHILD, child_sys_path(),
+        p = subprocess.Popen([sys.executable, "-m", "chain_fuser.metaschedule",
                               json.dumps([_spec_to_json(s) for s in specs]), str(trials), d, str(per_iter),
                               strategy, str(workers)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -260,3 +255,9 @@ def metaschedule_unfused(specs: list, trials: int, timeout_s: float = 180, per_i
             log(f"MetaSchedule ({trials} trials per operator) {', '.join(s.name for s in group)}: {note}, "
                 f"{secs:.0f} s")
     return chains, runs
+
+
+if __name__ == "__main__":  # one group's tuning in a process of its own (see _tune_group)
+    from chain_fuser.metaschedule import _child_main as _main  # the package's module, not a second copy
+
+    _main(sys.argv[1:])

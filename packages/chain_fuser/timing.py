@@ -15,7 +15,6 @@ import sys
 import time
 from typing import Any, Callable
 
-from .child import child_sys_path
 from .spec import GemmChain
 
 
@@ -276,8 +275,6 @@ class _ChildServer:
 
     def _start(self, module: str, threads: int, pin: bool, env: dict) -> dict:
         """``python -m chain_fuser.<module> THREADS pin|free``; its first line is its hello."""
-        # a checkout used without installing it: the child finds this package the way the parent did
-        env = {**env, "PYTHONPATH": os.pathsep.join([*json.loads(child_sys_path()), env.get("PYTHONPATH", "")])}
         self.p = subprocess.Popen([sys.executable, "-m", f"chain_fuser.{module}", str(threads),
                                    "pin" if pin else "free"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   text=True, env=env)
