@@ -126,3 +126,33 @@ def test_unknown_option_is_a_composition_error():
 def test_workload_can_be_removed():
     cfg = _compose("~workload")
     assert "workload" not in cfg
+
+
+# fields a task takes that its YAML leaves out on purpose: a catch-all, a grid's per-point values, an option of the
+# other suite, a knob the conv-chain task ignores
+_NOT_IN_YAML = {"extra", "batch", "hidden", "scale", "winograd", "softmax"}
+
+
+@pytest.mark.parametrize("exp", [e for e in EXPERIMENTS if "/" in e])
+def test_every_field_a_task_accepts_is_in_its_yaml(exp):
+    """A user overrides ``task.<field>=...`` without ``+``: every parameter of the task is in the YAML."""
+    import dataclasses
+    import importlib
+
+    import yaml
+
+    task = yaml.safe_load((CONF / "experiment" / f"{exp}.yaml").read_text())["task"]
+    mod, fn = task["_target_"].rsplit(".", 1)
+    f = getattr(importlib.import_module(mod), fn)
+    sig = inspect.signature(f)
+    fields = {p for p, v in sig.parameters.items() if p not in ("hardware", "workload", "out_dir")
+              and v.kind is not inspect.Parameter.VAR_KEYWORD}
+    if any(v.kind is inspect.Parameter.VAR_KEYWORD for v in sig.parameters.values()):
+        cfg = {"chain_fuser.config": "ChainsExperiment", "fusion_perf.config": "DSEConfig"}
+        src = inspect.getsource(f)
+        for m, cls in [*cfg.items(), ("dynamic_batcher.config", "SweepConfig" if "Sweep" in src else "BenchConfig"),
+                       ("experiments.pipeline", "PipelineConfig")]:
+            if f"{cls}(" in src:
+                fields |= {x.name for x in dataclasses.fields(getattr(importlib.import_module(m), cls))}
+    missing = sorted(fields - set(task) - _NOT_IN_YAML)
+    assert not missing, f"{exp}.yaml lacks task fields {missing}"
