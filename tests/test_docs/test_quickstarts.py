@@ -61,7 +61,7 @@ def test_quick_start_python_runs_as_written(readme, tmp_path):
 
 def _modules(cmds: str) -> list[str]:
     mods = []
-    for line in cmds.splitlines():
+    for line in cmds.replace("\\\n", " ").splitlines():  # a backslash continues the command on the next line
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
