@@ -255,23 +255,25 @@ def test_explain_shows_overheads(capsys):
 
 
 def test_micro_choice_follows_the_measured_fma_rate(monkeypatch):
-    # N = K = 80: a 32-wide block ends in a 16-wide one (no padding to 96), so both kernels compute the same FMAs.
+    # N = K = 5 vectors: a 2-vector block ends in a 1-vector one (no padding to 6), so both compute the same FMAs.
     # With one 512-bit FMA per cycle (Zen 4: 4 accumulators saturate) an 8x16 block is FMA-bound like 8x32 and they
     # tie; with two pipes (8 to saturate) 8x16 is load-bound (9 loads per 8 FMAs) and the wider block wins
     from chain_fuser import hw
     from chain_fuser.planner import block_work, choose_micro, micro_cycles, padded_flops
 
-    spec = GemmChain(16, 256, 80, 80, 256)
-    dev = hw.server_device()  # pinned: an AVX-512 description (16 lanes, 32 registers), whatever the host
-    mks = {m.name: m for _, m in choose_micro(spec, dev, 2e11)[1]}
-    wide, narrow = mks["avx512_8x32"], mks["avx512_8x16"]
-    assert [(w, r) for _, w, r in block_work(spec, wide)] == [(32, 80), (32, 256), (16, 256)]  # GEMM 1; GEMM 2 by width
-    assert padded_flops(spec, wide) == padded_flops(spec, narrow) == 2.0 * 16 * 256 * 256 * (80 + 80)
+    dev = hw.server_device()  # pinned: a 512-bit description (32 registers), whatever the host
+    lanes = hw.vector_lanes(dev)
+    spec = GemmChain(16, 256, 5 * lanes, 5 * lanes, 256)  # 5 vectors: two 2-vector blocks, then a 1-vector one
+    mks = {(m.mr, m.nr): m for _, m in choose_micro(spec, dev, 2e11)[1]}
+    wide, narrow = mks[(8, 2 * lanes)], mks[(8, lanes)]
+    # GEMM 1; GEMM 2 by width
+    assert [(w, r) for _, w, r in block_work(spec, wide)] == [(2 * lanes, 5 * lanes), (2 * lanes, 256), (lanes, 256)]
+    assert padded_flops(spec, wide) == padded_flops(spec, narrow) == 2.0 * 16 * 256 * 256 * (10 * lanes)
     monkeypatch.setattr(hw, "saturating_accumulators", lambda device=None, measured_only=False: 4.0)
     assert micro_cycles(spec, narrow, dev) == pytest.approx(micro_cycles(spec, wide, dev), rel=0.02)
     monkeypatch.setattr(hw, "saturating_accumulators", lambda device=None, measured_only=False: 8.0)
     assert micro_cycles(spec, narrow, dev) > micro_cycles(spec, wide, dev) * 1.1
-    assert choose_micro(spec, dev, 2e11)[0].nr == 32
+    assert choose_micro(spec, dev, 2e11)[0].nr == 2 * lanes
 
 
 def test_padded_rows_cost_a_copy_and_steer_the_block_height():
