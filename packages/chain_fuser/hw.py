@@ -122,13 +122,6 @@ def clock_hz(device=None) -> float:
     return fma_clock_hz() or f
 
 
-def fma_pipes(saturating_accumulators: float) -> float:
-    """Vector FMAs issued per cycle: the accumulators that saturate the pipes over the FMA's latency."""
-    from shared_ir.hostinfo import fma_pipes as pipes
-
-    return pipes(saturating_accumulators)
-
-
 def clock_scale(device=None) -> float:
     """:func:`clock_hz` over the declared frequency (1.0 for devices other than the measured host)."""
     dev = device or host_device()
@@ -163,14 +156,6 @@ def micro_kernels(device=None) -> list[MicroKernel]:
             if k.registers <= regs - 1:  # leave one for addresses/spills
                 out.append(k)
     return out
-
-
-def peak_record() -> dict | None:
-    """The host's FMA-peak record (:func:`shared_ir.hostinfo.peak_record`: what :func:`chain_fuser.peak.
-    measure_fma_peak` measured, per ISA), or None."""
-    from shared_ir.hostinfo import peak_record as record
-
-    return record()
 
 
 DEFAULT_SATURATING_ACCUMULATORS = 8.0

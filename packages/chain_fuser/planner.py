@@ -7,6 +7,8 @@ import math
 from dataclasses import replace
 from typing import Any
 
+from shared_ir.hostinfo import fma_pipes
+
 from . import hw
 from .errors import InfeasiblePlanError, UnsupportedChainError
 from .model import ChainNest, LevelPlan, MicroKernel, Plan, search_level
@@ -85,7 +87,7 @@ def micro_cycles(spec, mk: MicroKernel, device) -> float:
     and 12 % slower than 8×32 per useful flop; on Zen 4 (one 512-bit FMA per cycle) both are FMA-bound, so padding
     decides: ViT-Huge/14 (N = 80: 8×32 pads it to 96) measured 1.57 ms with 8×16 vs 1.83 ms with 8×32."""
     sat = hw.saturating_accumulators(device)
-    pipes = hw.fma_pipes(sat)
+    pipes = fma_pipes(sat)
     cycles = 0.0
     for macs, w, _ in block_work(spec, mk):
         nv = w / mk.vector_lanes
@@ -148,7 +150,7 @@ def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, 
     latency stalls, per-block accumulator cost) at the peak's cycle rate, plus the padded-rows copy
     (:func:`padded_rows_copy_s`). Ranked list as ``(seconds, kernel)``."""
     peak = peak or hw.peak_flops(device)
-    pipes = hw.fma_pipes(hw.saturating_accumulators(device))
+    pipes = fma_pipes(hw.saturating_accumulators(device))
     scored = []
     for mk in hw.micro_kernels(device):
         if mk.mr not in MR_CHOICES:

@@ -82,13 +82,15 @@ class DSEConfig:
         return out
 
 
+_OPTIONAL_SHAPE_FIELDS = {"R2"}  # the conv chain's second kernel defaults to 1x1
+
+
 def _user_shape(d: dict, fields: tuple[str, ...], where: str) -> tuple:
     unknown = sorted(set(d) - set(fields) - {"name"})
     if unknown:
         raise ValidationError(f"{where}.{unknown[0]}", f"is not a shape field (fields: {list(fields)}, name)",
                               d[unknown[0]])
-    need = [f for f in fields if not f.endswith("2") or f == "K2"]  # R2 defaults to 1 (a 1x1 second conv)
-    missing = [f for f in need if f not in d]
+    missing = [f for f in fields if f not in d and f not in _OPTIONAL_SHAPE_FIELDS]
     if missing:
         raise ValidationError(f"{where}.{missing[0]}", f"is required (fields: {list(fields)})")
     for f in fields:
