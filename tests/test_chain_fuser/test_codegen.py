@@ -224,7 +224,8 @@ def test_attention_whole_score_rows_of_an_odd_length_stay_whole_after_padding():
     # the dividing rule; a chain without softmax computes whole vectors only (Lv = 208 < Lp = 224: a narrower last
     # block), and then its l is one tile
     spec = GemmChain(2, 197, 64, 64, 197, glue="softmax", scale=0.125, bt=True)
-    whole = [p for p in plan_chain(spec, top_k=4) if p.fused.tiles["l"] >= 197]
+    # a wide top-k: whether whole rows rank in the first four depends on the host's caches and FMA rate
+    whole = [p for p in plan_chain(spec, top_k=16) if p.fused.tiles["l"] >= 197]
     assert whole
     ks = kernel_shape(spec, whole[0].micro)
     _, T = realised(spec, whole[0].fused, whole[0].micro)
