@@ -105,13 +105,25 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def cached_ok(so: Path) -> bool:
+def cached_ok(so: "str | os.PathLike[str]") -> bool:
     """Whether ``so`` exists and matches the size and SHA-256 its sidecar recorded."""
+    so = Path(so)
     try:
         meta = json.loads(_sidecar(so).read_text())
         return so.stat().st_size == meta["size"] and _digest(so) == meta["sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
+
+
+def publish(tmp: "str | os.PathLike[str]", so: "str | os.PathLike[str]", **meta) -> None:
+    """Rename the finished object ``tmp`` over ``so`` and record its size and SHA-256 (plus ``meta``) in the
+    sidecar that :func:`cached_ok` checks: the one way a verified object enters a cache."""
+    from .atomic import atomic_write_text
+
+    so = Path(so)
+    os.replace(tmp, so)
+    doc = {"size": so.stat().st_size, "sha256": _digest(so), **meta}
+    atomic_write_text(_sidecar(so), json.dumps(doc, indent=1))
 
 
 def _run_compiler(cmd: list[str]) -> subprocess.CompletedProcess:
@@ -125,8 +137,6 @@ def _compile(src: Path, so: Path, flag_sets: Sequence[Sequence[str]], pre: list[
              ) -> list[str]:
     """Compile with the first flag set that works into a temporary file next to ``so``, then rename it over
     ``so`` and write the sidecar (both atomically). Returns the flag set used."""
-    from .atomic import atomic_write_text
-
     fd, tmp_name = tempfile.mkstemp(prefix=f".{so.stem}.", suffix=".so.tmp", dir=so.parent)
     os.close(fd)
     tmp = Path(tmp_name)
@@ -136,10 +146,7 @@ def _compile(src: Path, so: Path, flag_sets: Sequence[Sequence[str]], pre: list[
             cmd = [*compiler(), *pre, *flags, "-shared", "-fPIC", str(src), "-o", str(tmp), *link]
             r = _run_compiler(cmd)
             if r.returncode == 0 and tmp.stat().st_size > 0:
-                os.replace(tmp, so)
-                meta = {"size": so.stat().st_size, "sha256": _digest(so), "flags": [*pre, *flags],
-                        "source": str(src)}
-                atomic_write_text(_sidecar(so), json.dumps(meta, indent=1))
+                publish(tmp, so, flags=[*pre, *flags], source=str(src))
                 return [*pre, *flags]
             errors.append(f"$ {shlex.join(cmd)}\n{r.stderr.strip()}")
         raise CompileError("flag_sets", f"{src.name} did not compile with any of {len(flag_sets)} flag sets",
@@ -182,4 +189,4 @@ def build_info(so: "str | os.PathLike[str]") -> dict:
 
 
 __all__ = ["CompileError", "build_shared", "build_info", "cached_ok", "cache_key", "compiler", "compiler_version",
-           "native_flags", "target_key"]
+           "native_flags", "publish", "target_key"]

@@ -153,6 +153,14 @@ _ERF_Q = (-1.45660718464996e-05, -2.13374055278905e-04, -1.68282697438203e-03, -
           -1.42647390514189e-02)
 
 
+def relu(v):
+    """max(v, 0) as torch.relu computes it: NaN and -0.0 pass through (LLVM's maxnum would turn NaN into 0)."""
+    from tvm import tirx
+
+    zero = tirx.const(0, "float32")  # every template computes in fp32
+    return tirx.Select(v < zero, zero, v)
+
+
 def erf_rational(x):
     """erf as vectorisable arithmetic. Why: ``tirx.erf`` lowers to a scalar libm call per element, and an MLP's
     GELU over a 197×1536 tile took 2.4 ms that way, as long as both GEMMs around it."""
@@ -182,7 +190,7 @@ def _glue(C, spec: GemmChain, name: str = "P", bias=None):
         return x + bias[tirx.min(l, L - 1)] if bias is not None else x
 
     if spec.glue == "relu":
-        return te.compute(C.shape, lambda i, m, l: tirx.max(pre(i, m, l), tirx.const(0, "float32")), name=name)
+        return te.compute(C.shape, lambda i, m, l: relu(pre(i, m, l)), name=name)
     if spec.glue == "gelu":
         def g(i, m, l):
             x = pre(i, m, l)

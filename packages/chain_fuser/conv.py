@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from .codegen import relu
 from .model import Plan
 from .spec import ConvChain
 
@@ -107,9 +108,11 @@ def conv_chain_te(spec: ConvChain, plan: Plan, fused: bool = True):
         if b1 is not None:
             v = v + b1[tirx.min(ko * nr + ki, spec.K1 - 1)]
         if spec.glue == "relu":
-            v = tirx.max(v, zero)
-        inside = tirx.all(y >= h2, y < H + h2, x >= w2, x < W + w2)
-        return tirx.if_then_else(inside, v, zero)
+            v = relu(v)
+        inside = [y >= h2, y < H + h2, x >= w2, x < W + w2]
+        if ks.K1p != spec.K1:  # padded channels hold inf·0 = NaN when the input has an inf: zero, not NaN
+            inside.append(ko * nr + ki < spec.K1)
+        return tirx.if_then_else(tirx.all(*inside), v, zero)
 
     U = te.compute((N, ks.K1p // nr, Ht, Wt, nr), act, name="U")
     c2 = te.reduce_axis((0, ks.K1p), name="c2")

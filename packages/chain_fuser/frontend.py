@@ -15,7 +15,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .errors import ChainDTypeError, ChainFuserError, UnsupportedChainError
+from .errors import ChainDTypeError, ChainFuserError, ChainShapeError, UnsupportedChainError
 from .spec import GemmChain, spec_from_chain
 
 
@@ -65,13 +65,31 @@ class _FnModule:
         return FnModule(fn)
 
 
-class CompiledModule:
-    """The rewritten module: call it like the original (inference: runs under ``torch.no_grad``)."""
+def _signature(args) -> tuple:
+    """What a compiled graph depends on in its inputs: each tensor's shape, dtype, device and layout."""
+    import torch
 
-    def __init__(self, gm, decisions: list[ChainDecision], original):
+    return tuple((tuple(a.shape), a.dtype, a.device, a.layout) if isinstance(a, torch.Tensor) else type(a)
+                 for a in args)
+
+
+def _describe(sig) -> str:
+    return f"{list(sig[0])} {sig[1]} on {sig[2]}" if isinstance(sig, tuple) else f"a {sig.__name__}"
+
+
+class CompiledModule:
+    """The rewritten module: call it like the original (inference: runs under ``torch.no_grad``).
+
+    The kernels are compiled for the example inputs' shapes, dtypes and devices: a call whose positional inputs
+    differ runs the original module eagerly instead (the reason is warned once and listed by :meth:`report`)."""
+
+    def __init__(self, gm, decisions: list[ChainDecision], original, signature: tuple | None = None):
         self.gm = gm
         self.decisions = decisions
         self.original = original
+        self.signature = signature
+        self.fallbacks: dict[str, int] = {}
+        """Why calls ran eagerly (another input shape, dtype or device) -> how many calls."""
 
     @property
     def fused(self) -> list[ChainDecision]:
@@ -81,16 +99,33 @@ class CompiledModule:
     def unfused(self) -> list[ChainDecision]:
         return [d for d in self.decisions if not d.fused]
 
+    def _mismatch(self, args) -> str | None:
+        if self.signature is None or not self.fused:
+            return None
+        got = _signature(args)
+        if got == self.signature:
+            return None
+        if len(got) != len(self.signature):
+            return f"called with {len(got)} inputs, compiled for {len(self.signature)}"
+        i = next(i for i, (g, e) in enumerate(zip(got, self.signature)) if g != e)
+        return f"input {i} is {_describe(got[i])}, compiled for {_describe(self.signature[i])}"
+
     def __call__(self, *args, **kwargs):
         import torch
 
+        why = self._mismatch(args)
         with torch.no_grad():
-            return self.gm(*args, **kwargs)
+            if why is None:
+                return self.gm(*args, **kwargs)
+            if why not in self.fallbacks:
+                warnings.warn(f"chain_fuser: {why}: ran the original module eagerly", stacklevel=2)
+            self.fallbacks[why] = self.fallbacks.get(why, 0) + 1
+            return self.original(*args, **kwargs)
 
     def report(self) -> str:
-        if not self.decisions:
-            return "no chains of compute-intensive ops found"
-        return "\n".join(str(d) for d in self.decisions)
+        lines = [str(d) for d in self.decisions] or ["no chains of compute-intensive ops found"]
+        lines += [f"ran eagerly {n} time(s): {why}" for why, n in self.fallbacks.items()]
+        return "\n".join(lines)
 
 
 class _GemmCall:
@@ -103,22 +138,21 @@ class _GemmCall:
 
     def __call__(self, a, b, d, *bias):
         s = self.kernel.spec
-        A = _as3(a, s.batch, s.M, s.K)
-        B = _as3(b, s.batch, s.L, s.K) if s.bt else _as3(b, s.batch, s.K, s.L)
-        D = _as3(d, s.batch, s.N, s.L) if s.dt else _as3(d, s.batch, s.L, s.N)
+        A = _as3(a, s.batch, s.M, s.K, f"{s.name}.A")
+        B = _as3(b, s.batch, s.L, s.K, f"{s.name}.B") if s.bt else _as3(b, s.batch, s.K, s.L, f"{s.name}.B")
+        D = _as3(d, s.batch, s.N, s.L, f"{s.name}.D") if s.dt else _as3(d, s.batch, s.L, s.N, f"{s.name}.D")
         return self.kernel(A, B, D, *(t.detach() for t in bias)).reshape(self.out_shape)
 
 
-def _as3(t, batch, r, c):
+def _as3(t, batch, r, c, what: str = "operand"):
+    """``t`` as a contiguous (batch, r, c) tensor: its leading dims flattened into batch × r rows (a Linear's input),
+    or r rows shared by every batch entry; any other shape is the compiled chain's error, never a silent broadcast
+    to another result shape."""
     t = t.detach()
-    if t.dim() == 2:
-        t = t.unsqueeze(0).expand(batch, r, c)
-    else:
-        lead = math.prod(t.shape[:-2])
-        if lead != batch:
-            t = t.expand(*([batch // max(1, lead)] if lead == 1 else []), *t.shape)
-        t = t.reshape(batch, r, c)
-    return t.contiguous()
+    rows = math.prod(t.shape[:-1]) if t.dim() >= 2 else 0
+    if t.dim() < 2 or t.shape[-1] != c or rows not in (r, batch * r):
+        raise ChainShapeError(what, f"shape {list(t.shape)} does not match the compiled chain's {[batch, r, c]}")
+    return t.reshape(rows // r, r, c).expand(batch, r, c).contiguous()
 
 
 class _ConvCall:
@@ -270,7 +304,7 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
             print(f"chain_fuser: {d}")
     gm.graph.lint()
     gm.recompile()
-    return CompiledModule(gm, decisions, module)
+    return CompiledModule(gm, decisions, module, _signature(example_inputs))
 
 
 class _Transposed:

@@ -347,17 +347,17 @@ def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
     """Compile ``plan`` for ``spec`` (or load it from the on-disk cache). ``algorithm``: ``direct`` (the plan's
     fused or unfused kernel), or ``winograd2``/``winograd4`` for a conv chain (its 3×3 convs by Winograd; the plan
     gives the micro kernel)."""
-    tvm = import_tvm()
+    import_tvm()
     if algorithm != "direct":
         fused = False
     key = _kernel_key(spec, plan, fused, algorithm=algorithm)
     so = cache.entry_path(key, ".so")
     if use_cache and os.path.exists(so):
-        t = time.perf_counter()
-        mod = tvm.runtime.load_module(so)
-        k = FusedKernel(spec, plan, mod, fused, time.perf_counter() - t, True, algorithm=algorithm)
-        k._call_info()  # its shapes as built (codegen.TAILS may change later)
-        return k
+        k = _load_cached(spec, plan, fused, algorithm, so)
+        if k is not None:
+            return k
+    from shared_ir.cbuild import publish
+
     from .codegen import build
 
     t = time.perf_counter()
@@ -366,10 +366,53 @@ def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,
     if use_cache:
         tmp = f"{so}.tmp{os.getpid()}.so"
         mod.export_library(tmp)
-        os.replace(tmp, so)
+        publish(tmp, so, spec=spec.name, algorithm=algorithm)
     k = FusedKernel(spec, plan, mod, fused, dt, False, algorithm=algorithm)
     k._call_info()
     return k
+
+
+def _load_cached(spec, plan: Plan, fused: bool, algorithm: str, so: str) -> "FusedKernel | None":
+    """The cached kernel, or None (with a warning) when the entry is damaged: its size and SHA-256 are checked
+    against the sidecar written with it before ``dlopen``, which can crash the process on a truncated object."""
+    import warnings
+
+    from shared_ir.cbuild import cached_ok
+
+    tvm = import_tvm()
+    why = None if cached_ok(so) else "its size or SHA-256 differs from the record written with it"
+    if why is None:
+        try:
+            t = time.perf_counter()
+            k = FusedKernel(spec, plan, tvm.runtime.load_module(so), fused, time.perf_counter() - t, True,
+                            algorithm=algorithm)
+            k._call_info()  # its shapes as built (codegen.TAILS may change later)
+            return k
+        except Exception as e:  # noqa: BLE001 - any loader failure means: rebuild
+            why = f"it does not load ({type(e).__name__}: {e})"
+    warnings.warn(f"chain_fuser: the cached kernel {so} of {spec.name} is damaged ({why}): rebuilt", stacklevel=3)
+    return None
+
+
+def _tune_record(tkey: str) -> dict | None:
+    """The cached tuning result, or None (warned, then tuned again) when its structure is not the one written."""
+    import warnings
+
+    saved = cache.load_json(tkey)
+    if saved is None:
+        return None
+    try:
+        cands, chosen = saved["candidates"], saved["chosen"]
+        ok = (isinstance(cands, list) and isinstance(chosen, int) and 0 <= chosen < len(cands)
+              and all(isinstance(c, dict) and isinstance(c.get("measured_ms"), (int, float)) for c in cands)
+              and isinstance(saved["chosen_signature"], dict))
+    except (KeyError, TypeError):
+        ok = False
+    if not ok:
+        warnings.warn(f"chain_fuser: the tuning record {cache.entry_path(tkey, '.json')} has another structure "
+                      "than the one written: tuned again", stacklevel=3)
+        return None
+    return saved
 
 
 @dataclass
@@ -445,7 +488,7 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     tkey = cache.entry_key("tune", spec.key, top_k, bool(include_unfused), cache.hardware_key(device),
                            _CODEGEN_VERSION, _MODEL_VERSION,
                            *((tuple(algos), _WINOGRAD_VERSION) if algos else ()))
-    saved = cache.load_json(tkey) if use_cache else None
+    saved = _tune_record(tkey) if use_cache else None
     if saved is not None:
         sig, bsig = saved["chosen_signature"], saved.get("best_fused_signature", saved["chosen_signature"])
         chosen = saved["candidates"][saved["chosen"]]

@@ -24,6 +24,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+from .codegen import relu
 from .spec import ConvChain, GemmChain, input_names
 
 
@@ -91,7 +92,7 @@ def _prim_funcs(spec: GemmChain | ConvChain) -> dict[str, object]:
             scale = 1.0
         s = tirx.const(scale, "float32")
         if spec.glue == "relu":
-            C = _ew(C, lambda v, *_: tirx.max(v * s, zero), "relu")
+            C = _ew(C, lambda v, *_: relu(v * s), "relu")
         elif spec.glue == "gelu":  # torch's default (erf) GELU
             C = _ew(C, lambda v, *_: 0.5 * (v * s) * (1.0 + tirx.erf(v * s / math.sqrt(2.0))), "gelu")
         elif scale != 1.0:  # "scale", or softmax's 1/√d (softmax itself is the next operator)
@@ -113,7 +114,7 @@ def _prim_funcs(spec: GemmChain | ConvChain) -> dict[str, object]:
         funcs["gemm2"] = te.create_prim_func(args + [E])
         return funcs
 
-    def conv(name, C, K, R, S, bias, relu):
+    def conv(name, C, K, R, S, bias, with_relu):
         N, H, W = spec.N, spec.H, spec.W
         X = te.placeholder((N, C, H, W), name="X")
         Wt = te.placeholder((K, C, R, S), name="W")
@@ -128,8 +129,8 @@ def _prim_funcs(spec: GemmChain | ConvChain) -> dict[str, object]:
             bt = te.placeholder((K,), name="bias")
             args.append(bt)
             Y = _ew(Y, lambda v, n, k, y, x: v + bt[k], name + "_bias")
-        if relu:
-            Y = _ew(Y, lambda v, *_: tirx.max(v, zero), name + "_relu")
+        if with_relu:
+            Y = _ew(Y, lambda v, *_: relu(v), name + "_relu")
         return te.create_prim_func(args + [Y])
 
     funcs["conv1"] = conv("conv1", spec.C, spec.K1, spec.R1, spec.S1, spec.bias1, spec.glue == "relu")
@@ -184,31 +185,75 @@ def _child_main(argv: list[str]) -> None:
     else:  # random schedules from the design space: no cost-model training, the cheapest search that still measures
         st, cm = "replay-trace", "random"
     t = time.perf_counter()
-    with tempfile.TemporaryDirectory() as wd:
-        # few candidates per round, one quick measurement each: the smallest MetaSchedule that still searches (on
-        # 2 cores shared with the benchmark's own process, one build worker)
-        db = ms.tune_tir(mod, target(), wd, max_trials_global=len(funcs) * trials, max_trials_per_task=trials,
-                         num_trials_per_iter=per_iter, strategy=st, cost_model=cm,
-                         builder=ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120),
-                         runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
-                             number=1, repeat=1, min_repeat_ms=0)),
-                         num_tuning_cores=workers, seed=0)
-        tune_s = time.perf_counter() - t
-        for name in funcs:
-            sch = ms.tir_integration.compile_tir(db, mod[name], target())
-            if sch is None:
-                print(json.dumps({"error": f"{name}: no valid schedule after {trials} trials", "tune_s": tune_s}))
-                sys.exit(3)
-            fn = sch.mod["main"].with_attr("global_symbol", "main")
-            compile_tir(tvm.IRModule({"main": fn}), target()).export_library(os.path.join(outdir, name + ".so"))
-    print(json.dumps({"tune_s": tune_s, "search": strategy}))
+    # the tuning database is kept beside the tuned libraries (the group's cache entry): what was measured stays
+    # inspectable and reusable
+    wd = os.path.join(outdir, "database")
+    os.makedirs(wd, exist_ok=True)
+    db = ms.tune_tir(mod, target(), wd, max_trials_global=len(funcs) * trials, max_trials_per_task=trials,
+                     num_trials_per_iter=per_iter, strategy=st, cost_model=cm,
+                     builder=ms.builder.LocalBuilder(max_workers=workers, timeout_sec=120),
+                     runner=ms.runner.LocalRunner(timeout_sec=60, evaluator_config=ms.runner.EvaluatorConfig(
+                         number=1, repeat=1, min_repeat_ms=0)),
+                     num_tuning_cores=workers, seed=0)
+    tune_s = time.perf_counter() - t
+    for name in funcs:
+        sch = ms.tir_integration.compile_tir(db, mod[name], target())
+        if sch is None:
+            print(json.dumps({"error": f"{name}: no valid schedule after {trials} trials", "tune_s": tune_s}))
+            sys.exit(3)
+        fn = sch.mod["main"].with_attr("global_symbol", "main")
+        compile_tir(tvm.IRModule({"main": fn}), target()).export_library(os.path.join(outdir, name + ".so"))
+    measured = sum(1 for _ in db.get_all_tuning_records()) if hasattr(db, "get_all_tuning_records") else None
+    print(json.dumps({"tune_s": tune_s, "search": strategy, "measured_candidates": measured}))
+
+
+def tuning_cache_dir(specs, trials: int, per_iter: int, strategy: str) -> str:
+    """The cache entry of one group's tuning: keyed by the operators' shapes, the budget, the search, the target,
+    TVM's version and the CPU, so a rerun on this machine loads what was tuned instead of tuning again."""
+    import hashlib
+
+    from shared_ir.hostinfo import cpu_id, record_dir
+
+    from .codegen import target
+    from .kernel import import_tvm
+
+    key = json.dumps({"specs": [_spec_to_json(s) for s in specs], "trials": trials, "per_iter": per_iter,
+                      "strategy": strategy, "target": str(target()), "tvm": import_tvm().__version__,
+                      "cpu": cpu_id(), "format": 1}, sort_keys=True)
+    return os.path.join(record_dir(), "metaschedule", hashlib.sha256(key.encode()).hexdigest()[:20])
+
+
+def _load_group(tvm, d: str, specs) -> dict:
+    chains = {}
+    for i, s in enumerate(specs):
+        libs = {op.name: tvm.runtime.load_module(os.path.join(d, f"s{i}_{op.name}.so")) for op in chain_ops(s)}
+        chains[s.name] = MetaScheduleChain(libs, s)
+    return chains
+
+
+def _cached_group(tvm, d: str, specs) -> tuple[dict, dict] | None:
+    """The group's tuned chains and its record when a complete cache entry exists, else None (an entry that does
+    not load is tuned again)."""
+    try:
+        with open(os.path.join(d, "done.json")) as f:
+            rec = json.load(f)
+        return _load_group(tvm, d, specs), rec
+    except Exception:  # noqa: BLE001 - missing, partial or unloadable: tuned again
+        return None
 
 
 def _tune_group(specs, trials, timeout_s, per_iter, strategy, workers):
     from .kernel import import_tvm
 
     tvm = import_tvm()
-    with tempfile.TemporaryDirectory() as d:
+    final = tuning_cache_dir(specs, trials, per_iter, strategy)
+    hit = _cached_group(tvm, final, specs)
+    if hit is not None:
+        chains, rec = hit
+        return chains, rec["tune_s"], "ok", {"cached": True, "measured_candidates": rec.get("measured_candidates")}
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    d = tempfile.mkdtemp(prefix=".tuning-", dir=os.path.dirname(final))
+    try:
         t = time.perf_counter()
         # its own session: on timeout the whole group (MetaSchedule's builder/runner workers too) is ended
         p = subprocess.Popen([sys.executable, "-m", "chain_fuser.metaschedule",
@@ -222,16 +267,26 @@ def _tune_group(specs, trials, timeout_s, per_iter, strategy, workers):
 
             os.killpg(p.pid, signal.SIGKILL)
             p.communicate()
-            return {}, time.perf_counter() - t, f"timed out after {timeout_s:.0f} s ({trials} trials per operator)"
+            return {}, time.perf_counter() - t, f"timed out after {timeout_s:.0f} s ({trials} trials per operator)", {}
         lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
         if p.returncode != 0 or not lines or "search" not in lines[-1]:
             why = lines[-1].get("error") if lines and "error" in lines[-1] else err[-500:]
-            return {}, time.perf_counter() - t, f"failed: {why}"
-        chains = {}
-        for i, s in enumerate(specs):
-            libs = {op.name: tvm.runtime.load_module(os.path.join(d, f"s{i}_{op.name}.so")) for op in chain_ops(s)}
-            chains[s.name] = MetaScheduleChain(libs, s)
-        return chains, lines[-1]["tune_s"], "ok"
+            return {}, time.perf_counter() - t, f"failed: {why}", {}
+        chains = _load_group(tvm, d, specs)
+        with open(os.path.join(d, "done.json"), "w") as f:
+            json.dump({**lines[-1], "trials_per_operator": trials, "measured_at": time.time()}, f)
+        try:  # publish the whole entry at once: a reader sees a complete entry or none
+            os.rename(d, final)
+            d = None
+        except OSError:  # another process published it first
+            pass
+        return chains, lines[-1]["tune_s"], "ok", {"cached": False,
+                                                   "measured_candidates": lines[-1].get("measured_candidates")}
+    finally:
+        if d is not None:
+            import shutil
+
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def metaschedule_unfused(specs: list, trials: int, timeout_s: float = 180, per_iter: int = 4,
@@ -241,19 +296,22 @@ def metaschedule_unfused(specs: list, trials: int, timeout_s: float = 180, per_i
     memory) with MetaSchedule, ``trials`` measured candidates per operator. The chains are tuned in groups of
     ``group_size`` (default: all in one run), each group in a child process under ``timeout_s`` of wall clock.
 
-    Returns ({spec name: callable chain}, [{"names", "status", "tune_s"} per group]); a group that fails or times
-    out is reported in its status (the other groups' chains are kept)."""
+    Returns ({spec name: callable chain}, [{"names", "status", "tune_s", "cached", "measured_candidates"} per
+    group]); a group that fails or times out is reported in its status (the other groups' chains are kept). A group
+    tuned before on this machine with the same budget loads from the tuning cache (:func:`tuning_cache_dir`); its
+    ``tune_s`` is the tuning time it took then."""
     specs = list(specs)
     size = group_size or max(1, len(specs))
     chains, runs = {}, []
     for g in range(0, len(specs), size):
         group = specs[g:g + size]
-        got, secs, note = _tune_group(group, trials, timeout_s, per_iter, strategy, workers)
+        got, secs, note, extra = _tune_group(group, trials, timeout_s, per_iter, strategy, workers)
         chains.update(got)
-        runs.append({"names": [s.name for s in group], "status": note, "tune_s": secs})
+        runs.append({"names": [s.name for s in group], "status": note, "tune_s": secs, **extra})
         if log is not None:
-            log(f"MetaSchedule ({trials} trials per operator) {', '.join(s.name for s in group)}: {note}, "
-                f"{secs:.0f} s")
+            how = " (from the tuning cache)" if extra.get("cached") else ""
+            log(f"MetaSchedule ({trials} trials per operator) {', '.join(s.name for s in group)}: {note}{how}, "
+                f"{secs:.0f} s of tuning, {extra.get('measured_candidates')} candidates measured")
     return chains, runs
 
 

@@ -9,7 +9,7 @@ from typing import Any
 
 from shared_ir.hostinfo import fma_pipes
 
-from . import hw
+from . import calibrate, hw
 from .errors import InfeasiblePlanError, UnsupportedChainError
 from .model import ChainNest, LevelPlan, MicroKernel, Plan, search_level
 from .spec import ConvChain, GemmChain, chain_nest
@@ -157,8 +157,12 @@ def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, 
             continue
         acc = mk.mr * mk.nr // mk.vector_lanes
         # core-cycles → seconds: one cycle of all cores issues pipes × lanes FMAs (2 flops each) per core
-        t = (micro_cycles(spec, mk, device) * pipes * mk.vector_lanes * 2 / peak + padded_rows_copy_s(spec, mk, device)
-             + PANEL_STREAM_OVERLAP * panel_stream_s(spec, mk, device))
+        f = calibrate.factor(device, mk)
+        if f is not None:  # measured on this machine: the kernel's own rate over the padded work
+            compute = padded_flops(spec, mk) / peak * f
+        else:
+            compute = micro_cycles(spec, mk, device) * pipes * mk.vector_lanes * 2 / peak
+        t = compute + padded_rows_copy_s(spec, mk, device) + PANEL_STREAM_OVERLAP * panel_stream_s(spec, mk, device)
         scored.append((t * (1 - 1e-3 * min(acc, 24) / 24), mk))  # ties: more accumulators
     scored.sort(key=lambda x: x[0])
     return scored[0][1], scored
@@ -411,7 +415,8 @@ def _plans_for_micro(spec, dev, top_k: int, fusion_level: str | None, peak: floa
         quota[fuse_levels[1]] = top_k // 2
     # outer levels first; each inner level's tiles are capped by the outer level's best tiles
     flops = padded_flops(spec, mk)
-    compute_s = flops / peak
+    # the micro kernel's rate as measured on this machine (calibrate.factor: 1.0 where none was measured)
+    compute_s = flops / peak * (calibrate.factor(dev, mk) or 1.0)
     per_level: dict[str, list[LevelPlan]] = {}
     caps: dict[str, int] | None = None
     last_fuse = max(names.index(f) for f in fuse_levels)

@@ -38,6 +38,22 @@ def torch_eager(spec, ins) -> Callable[[], Any]:
     return lambda: F.conv2d(F.conv2d(I, W1, padding=p1), W2, padding=p2)
 
 
+TORCH_COMPILE_MODES = {"torch_compile": "default", "torch_compile_max_autotune": "max-autotune"}
+"""The baseline variants of ``torch.compile`` (Inductor) and the mode each runs: what a user tries first."""
+
+
+def torch_compiled(spec, ins, mode: str = "default") -> Callable[[], Any]:
+    """The eager chain (:func:`torch_eager`) through ``torch.compile`` (Inductor, static shapes, ``mode``),
+    compiled here by a first call (Inductor's on-disk caches make a rerun's compile quick)."""
+    import torch
+
+    eager = torch_eager(spec, ins)
+    compiled = torch.compile(lambda: eager(), mode=mode, dynamic=False, fullgraph=True)
+    with torch.no_grad():
+        compiled()
+    return compiled
+
+
 def torch_sdpa(spec, ins) -> Callable[[], Any]:
     import torch.nn.functional as F
 

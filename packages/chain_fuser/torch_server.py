@@ -10,10 +10,13 @@ import sys
 def setup(j):
     from .kernel import random_inputs
     from .spec import ConvChain, GemmChain
-    from .timing import torch_eager, torch_sdpa
+    from .timing import TORCH_COMPILE_MODES, torch_compiled, torch_eager, torch_sdpa
 
     spec = (GemmChain if j["kind"] == "gemm" else ConvChain)(**j["fields"])
-    return (torch_sdpa if j["variant"] == "sdpa" else torch_eager)(spec, random_inputs(spec))
+    ins = random_inputs(spec)
+    if j["variant"] in TORCH_COMPILE_MODES:
+        return torch_compiled(spec, ins, TORCH_COMPILE_MODES[j["variant"]])
+    return (torch_sdpa if j["variant"] == "sdpa" else torch_eager)(spec, ins)
 
 
 def setup_block(j):

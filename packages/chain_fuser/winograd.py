@@ -32,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction as Fr
 
+from .codegen import relu
 from .conv import _pad
 from .model import Plan
 from .spec import ConvChain
@@ -326,7 +327,7 @@ def winograd_chain_te(spec: ConvChain, plan: Plan, m: int = 2):
     def activation(v, ko, ki):
         if b1 is not None:
             v = v + b1[tirx.min(ko * nr + ki, spec.K1 - 1)]
-        return tirx.max(v, zero) if spec.glue == "relu" else v
+        return relu(v) if spec.glue == "relu" else v
 
     # a 1×1 conv2 (no halo) or a Winograd conv2 (its input transform pads): the bias and ReLU applied here
     glued = halo_free or wino2

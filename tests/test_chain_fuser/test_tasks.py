@@ -56,8 +56,16 @@ def test_bench_smoke(tmp_path):
     for key in ("reference_geomean_vs_torch", "reference_min_vs_torch", "reference_peak_fraction",
                 "reference_geomean_vs_openblas", "reference_max_vs_openblas", "memory_bound_geomean_vs_torch",
                 "attention_vs_sdpa", "geomean_vs_metaschedule", "fma_peak_gflops",
-                "geomean_fused_vs_unfused_same_microkernel", "model_pick_vs_best_measured", "server_predictions"):
+                "geomean_fused_vs_unfused_same_microkernel", "model_pick_vs_best_measured", "server_predictions",
+                "isa", "reference_gemm_min_vs_torch", "reference_gemm_geomean_vs_openblas",
+                "reference_gemm_peak_fraction", "geomean_vs_torch_compile", "metaschedule_trials_per_operator",
+                "wall_s", "peak_errors"):
         assert key in data
+    # torch.compile in both modes on a shape of the max-autotune subset, the default mode on the others
+    vit, yolo = data["shapes"]
+    assert {"torch_compile", "torch_compile_max_autotune", "torch_compile_best"} <= set(vit["speedup"])
+    assert "torch_compile" in yolo["speedup"] and "torch_compile_max_autotune" not in yolo["speedup"]
+    assert data["geomean_vs_torch_compile"] > 0 and data["isa"] == data["machine"]["isa"]
     assert res["shapes"][0]["ms"]["ours"] > 0
     # every row timed in the run's rounds (round robin over the rows), each round's time kept
     assert all(len(r["ms_by_round"]["ours"]) == data["repeat"] for r in data["shapes"])

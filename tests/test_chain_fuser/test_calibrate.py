@@ -1,0 +1,44 @@
+import json
+
+
+def test_calibration_measures_each_micro_kernel_and_the_planner_uses_it(tmp_path, monkeypatch):
+    from chain_fuser import calibrate, hw
+    from chain_fuser.planner import MR_CHOICES, choose_micro, plan_chain
+    from chain_fuser.spec import GemmChain
+
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    dev = hw.host_device()
+    spec = GemmChain(4, 256, 64, 64, 256)
+    first, ranked = choose_micro(spec, dev)
+    assert calibrate.load() is None and calibrate.factor(dev, first) is None
+    # two kernels measured for real: the record holds both, each a positive measured/predicted ratio
+    kernels = [mk for _, mk in ranked[:2]]
+    rec = calibrate.calibrate(kernels, log=lambda *a: None)
+    assert set(rec["factors"]) == {mk.name for mk in kernels} and all(v > 0 for v in rec["factors"].values())
+    assert calibrate.load()["factors"] == rec["factors"]
+    assert calibrate.factor(dev, kernels[0]) == rec["factors"][kernels[0].name]
+    assert calibrate.factor(hw.server_device(), kernels[0]) is None  # another machine's description: the model's
+    # a kernel measured 10x slower than modelled loses the first place, and its plans are predicted slower
+    before = plan_chain(spec, dev, top_k=1, micro=first)[0].predicted_s
+    slow = {mk.name: 1.0 for mk in hw.micro_kernels(dev) if mk.mr in MR_CHOICES}
+    slow[first.name] = 10.0
+    path = calibrate.record_path()
+    data = json.loads(open(path).read())
+    data["factors"] = slow
+    open(path, "w").write(json.dumps(data))
+    assert choose_micro(spec, dev)[0] != first
+    assert plan_chain(spec, dev, top_k=1, micro=first)[0].predicted_s > 2 * before
+
+
+def test_a_record_of_another_cpu_or_format_is_ignored(tmp_path, monkeypatch):
+    from chain_fuser import calibrate
+
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    for rec in ({"format": calibrate.FORMAT, "cpu": "some other CPU", "factors": {"x": 1.0}},
+                {"format": 99, "factors": {"x": 1.0}}, ["not", "a", "record"], {"factors": {"x": -1}}):
+        with open(calibrate.record_path(), "w") as f:
+            json.dump(rec, f)
+        assert calibrate.load() is None
+    with open(calibrate.record_path(), "w") as f:
+        f.write("{truncated")
+    assert calibrate.load() is None
