@@ -53,26 +53,49 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return doc
 
 
+def _fam(d: dict | None) -> str:
+    return ", ".join(f"{f} {v:.2f}x" for f, v in (d or {}).items() if v is not None) or "not measured"
+
+
+def _dynet_ms(w: dict) -> tuple[str, str]:
+    rd = w["real_dynet"]
+    if not rd.get("available"):
+        return "-", "-"
+    clock = "cpu" if w.get("clock", "cpu") == "cpu" else "wall"
+    s = rd["dynet"]["strategies"]
+    return (f"{s[rd['inference_best_strategy']]['inference_ms'][clock]:.1f}",
+            f"{s[rd['train_best_strategy']]['train_ms'][clock]:.1f}")
+
+
+def _x(v: float | None) -> str:
+    return f"{v:7.2f}" if v else f"{'-':>7s}"
+
+
 def format_table(doc: dict) -> str:
-    lines = [f"{'workload':15s} {'fam':8s} {'LB':>5s} {'fsm':>5s} {'depth':>6s} {'agenda':>6s} {'ag+d':>5s} "
-             f"{'fsm/s':>8s} {'bestDy/s':>8s} {'x':>5s} {'x_exec':>6s} {'x_s+e':>6s} {'sched%':>6s} "
-             f"{'cellPQ/DyNet':>14s}"]
+    lines = [f"{'workload':15s} {'fam':8s} {'LB':>5s} {'fsm':>5s} {'table':>5s} {'depth':>6s} {'agenda':>6s} "
+             f"{'DyNet ms':>8s} {'x DyNet':>7s} {'train ms':>8s} {'x train':>7s} {'x best':>6s} {'best baseline':>22s} "
+             f"{'sched%':>6s}"]
     for w in doc["workloads"]:
-        b, t, cb = w["batches"], w["throughput"], w["copied_bytes"]
-        lines.append(f"{w['name']:15s} {w['family']:8s} {b['lower_bound']:5d} {b['fsm']:5d} {b['dynet_depth']:6d} "
-                     f"{b['dynet_agenda']:6d} {b['dynet_agenda_depth']:5d} {t['fsm_pq']:8.0f} "
-                     f"{t[w['best_baseline']]:8.0f} {w['speedup_vs_best_baseline']:5.2f} "
-                     f"{w['exec_speedup_vs_best_baseline']:6.2f} {w['sched_exec_speedup_vs_best_baseline']:6.2f} "
-                     f"{100 * w['sched_fraction']:6.1f} {cb['cells_pq']:>6d}/{cb['cells_dynet'] or 0:<7d}")
-    lines.append("geomean speedup vs best DyNet baseline (end to end): "
-                 + ", ".join(f"{f} {v:.2f}x" for f, v in doc["speedup_vs_best_baseline"].items()))
-    lines.append("  execution only: "
-                 + ", ".join(f"{f} {v:.2f}x" for f, v in doc["exec_speedup_vs_best_baseline"].items()))
-    lines.append("  schedule + plan + execution (no recording): "
-                 + ", ".join(f"{f} {v:.2f}x" for f, v in doc["sched_exec_speedup_vs_best_baseline"].items()))
+        b, rd = w["batches"], w["real_dynet"]
+        inf_ms, tr_ms = _dynet_ms({**w, "clock": doc.get("clock")})
+        lines.append(f"{w['name']:15s} {w['family']:8s} {b['lower_bound']:5d} {b['fsm']:5d} {b['fsm_table_only']:5d} "
+                     f"{b['dynet_depth']:6d} {b['dynet_agenda']:6d} {inf_ms:>8s} {_x(w['speedup_vs_real_dynet'])} "
+                     f"{tr_ms:>8s} {_x(w['train_speedup_vs_real_dynet'])} {w['speedup_vs_best_baseline']:6.2f} "
+                     f"{w['best_baseline']:>22s} {100 * w['sched_fraction']:6.1f}")
+        if rd.get("errors"):
+            lines.append(f"  {w['name']}: could not run " + "; ".join(f"{k}: {v}" for k, v in rd["errors"].items()))
+    lines.append(f"real DyNet: {doc.get('dynet_version') or 'not available'}")
+    lines.append("geomean speedup vs the fastest baseline (real DyNet, DyNet policies on blocks, eager, no batching): "
+                 + _fam(doc["speedup_vs_best_baseline"]))
+    lines.append("  vs real DyNet, inference: " + _fam(doc["speedup_vs_real_dynet"]))
+    lines.append("  vs real DyNet, training step: " + _fam(doc["train_speedup_vs_real_dynet"]))
+    lines.append("  ablation, vs DyNet's policies on the inlined graph recorded in Python: "
+                 + _fam(doc["speedup_vs_dynet_policies_inlined"]))
+    lines.append("    execution only: " + _fam(doc["exec_speedup_vs_best_baseline"]))
+    lines.append("    schedule + plan + execution (no recording): " + _fam(doc["sched_exec_speedup_vs_best_baseline"]))
     if doc["speedup_vs_best_baseline_on_blocks"]:
         lines.append("  vs DyNet policies on the same static blocks: "
-                     + ", ".join(f"{f} {v:.2f}x" for f, v in doc["speedup_vs_best_baseline_on_blocks"].items()))
+                     + _fam(doc["speedup_vs_best_baseline_on_blocks"]))
     lines.append("sched+plan / exec (uncached | cached): " + ", ".join(
         f"{w['name']} {100 * w['sched_fraction']:.0f}%|{100 * w['sched_fraction_cached']:.0f}%"
         for w in doc["workloads"]))

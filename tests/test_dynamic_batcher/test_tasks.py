@@ -58,6 +58,14 @@ def test_bench_main_writes_json(tmp_path, capsys):
               "sched_exec_speedup_vs_best_baseline"):
         assert w[k] >= 0, k
     assert "chain" in d["exec_speedup_vs_best_baseline"] and d["reduced"]
+    # the headline is the smallest ratio over the baselines timed, and names the one it is against
+    assert w["speedup_vs_best_baseline"] == min(w["speedup_by_baseline"].values())
+    assert w["best_baseline"] in w["speedup_by_baseline"] and "lstm_lm" in d["table_only_batches_vs_lb"]
+    rd = w["real_dynet"]
+    if rd["available"]:  # the dynet extra installed: real DyNet timed on the same minibatches
+        assert d["dynet_version"] and w["speedup_vs_real_dynet"] > 0
+        assert f"real_dynet_{rd['inference_best_strategy']}" in w["speedup_by_baseline"]
+        assert rd["ours_ms"]["fsm_pq"]["inference"]["cpu"] > 0 and rd["ours_ms"]["eager_pytorch"]["train"]["cpu"] > 0
 
 
 def test_sweep_cross_grid(tmp_path):

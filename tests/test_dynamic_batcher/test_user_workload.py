@@ -45,7 +45,7 @@ def test_a_user_module_runs_through_the_experiment(tmp_path, user_module):
     out = run_workloads(out_dir=str(tmp_path / "run"), workloads=[user_module], batch=4, hidden=16, scale="tiny",
                         plots=False)
     w = out["workloads"]["my_rnn"]
-    assert w["lower_bound"] <= w["batches_fsm"] and w["speedup_vs_best_dynet"] > 0
+    assert w["lower_bound"] <= w["batches_fsm"] and w["speedup_vs_best_baseline"] > 0
 
 
 @pytest.mark.parametrize("ref", ["no_such_module_xyz:f", "my_dyn_model:missing"])

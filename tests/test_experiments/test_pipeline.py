@@ -34,7 +34,7 @@ REQUIRED = {
     "soc_mapper": ["layers", "layers.bert_base", "comb.latency_ms", "greedy.latency_ms", "latency_greedy_over_comb"],
     "offload_trainer": ["hidden", "layers", "rtx4090_workstation.iteration_ms.lsp",
                         "laptop_4gb.iteration_ms.zero_offload", "laptop_4gb.accelerator_gb.native"],
-    "dynamic_batcher": ["hidden", "batches.fsm", "batches.lower_bound", "speedup_vs_best_dynet"],
+    "dynamic_batcher": ["hidden", "batches.fsm", "batches.lower_bound", "speedup_vs_best_baseline"],
 }
 
 
