@@ -316,7 +316,6 @@ def _vs_real_dynet(wl, fsm, hidden: int, batch: int, seed: int, sc: dict) -> dic
     import torch
 
     from . import dynet_ref
-
     from .dynet_models import SUPPORTED
 
     n = sc["dynet_minibatches"]
@@ -333,6 +332,9 @@ def _vs_real_dynet(wl, fsm, hidden: int, batch: int, seed: int, sc: dict) -> dic
         dy = dynet_ref.measure(wl.name, hidden, seed, batch, n, dynet_ref.minibatch_digest(mbs), clock=CLOCK[0])
     except dynet_ref.DynetUnavailable as e:
         return {"available": False, "reason": e.reason}
+    if "best_strategy" not in dy:
+        return {"available": False, "dynet": dy, "reason": "every autobatch strategy failed: " + "; ".join(
+            v["error"] for v in dy["strategies"].values())}
     for k, f in ours.items():
         passes[k].append(_fresh_times(wl, f, mbs, True, seed))
     torch.set_num_threads(os.cpu_count() or 1)
