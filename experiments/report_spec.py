@@ -177,17 +177,21 @@ def _exactness(doc: dict) -> Optional[dict]:
 
 # ------------------------------------------------------------------------------------------------ the spec
 
-_BATCHER_NOTE = ("schedule+plan+execute is the fair figure (DyNet records its graph in C++, our baselines record "
-                 "theirs in Python); end-to-end adds graph recording, exec-only leaves scheduling out")
+_BATCHER_NOTE = ("vs the fastest baseline: real DyNet (best autobatch strategy, same fresh minibatches), DyNet's "
+                 "policies on the same blocks, eager PyTorch, no batching; the other figures are against DyNet's "
+                 "policies re-implemented on the op graph recorded in Python (an ablation)")
 
 
 def _batcher_speedups(family: str) -> Callable[[dict], Any]:
     """The three throughput ratios of one workload family, labelled (whichever the bench JSON has)."""
     def f(doc: dict) -> Any:
         out = {}
-        for label, key in (("schedule+plan+execute", "sched_exec_speedup_vs_best_baseline"),
-                           ("end-to-end", "speedup_vs_best_baseline"),
-                           ("exec-only", "exec_speedup_vs_best_baseline")):
+        for label, key in (("vs the fastest baseline", "speedup_vs_best_baseline"),
+                           ("vs real DyNet", "speedup_vs_real_dynet"),
+                           ("training step vs real DyNet", "train_speedup_vs_real_dynet"),
+                           ("ablation: vs DyNet policies, inlined graph", "speedup_vs_dynet_policies_inlined"),
+                           ("ablation: schedule+plan+execute", "sched_exec_speedup_vs_best_baseline"),
+                           ("ablation: exec-only", "exec_speedup_vs_best_baseline")):
             v = (doc.get(key) or {}).get(family) if isinstance(doc.get(key), dict) else None
             if is_number(v):
                 out[label] = float(v)
@@ -278,13 +282,13 @@ HEADLINES: tuple[Headline, ...] = (
     Headline("soc_mapper", "Energy reduction vs the reference's own H2H variant", "29.2% less energy",
              "22.7% and 29.2% less energy", keys=("energy_reduction_vs_h2h_wave_greedy",), unit="%"),
     # ---- dynamic_batcher vs ED-Batch
-    Headline("dynamic_batcher", "Throughput vs the best DyNet baseline, chain workloads (geomean)",
+    Headline("dynamic_batcher", "Throughput vs the fastest baseline (real DyNet included), chain workloads (geomean)",
              "1.15× (chain, average)", "average throughput speedups 1.15× (chain)",
              compute=_batcher_speedups("chain"), unit="x", note=_BATCHER_NOTE),
-    Headline("dynamic_batcher", "Throughput vs the best DyNet baseline, tree workloads (geomean)",
+    Headline("dynamic_batcher", "Throughput vs the fastest baseline (real DyNet included), tree workloads (geomean)",
              "1.39× (tree, average)", "1.39× (tree)",
              compute=_batcher_speedups("tree"), unit="x", note=_BATCHER_NOTE),
-    Headline("dynamic_batcher", "Throughput vs the best DyNet baseline, lattice workloads (geomean)",
+    Headline("dynamic_batcher", "Throughput vs the fastest baseline (real DyNet included), lattice workloads (geomean)",
              "2.45× (lattice, average)", "2.45× (lattice)",
              compute=_batcher_speedups("lattice"), unit="x", note=_BATCHER_NOTE),
     # ---- offload_trainer vs LSP-Offload
