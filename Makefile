@@ -10,7 +10,7 @@ STAMP   := $(VENV)/.stamp
 # (a pyenv shim may exist without its version installed, so each candidate is actually run).
 BOOT_PYTHON ?= $(shell for p in python3.11 python3; do \
 	$$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' >/dev/null 2>&1 && { command -v $$p; break; }; done)
-EXTRAS  ?= torch,test,search,tvm,llm,slurm,dynet
+EXTRAS  ?= torch,test,search,tvm,llm,slurm,dynet,deepspeed
 # torch is pinned to the CPU build that lies on local disk; installing it first, on its own, keeps pip from
 # resolving a multi-GB CUDA build while it solves the other extras.
 TORCH   ?= torch==2.13.0
