@@ -10,6 +10,7 @@ from .arch import Arch, Level, load_arch
 from .errors import (
     ArchError,
     CapacityError,
+    ConfigError,
     ConstraintError,
     FanoutError,
     FusionPerfError,
@@ -31,9 +32,9 @@ def evaluate_batch(problem: Problem, arch, tree, X) -> BatchResult:
     return c.evaluate(X, batched=True)
 
 
-__all__ = ["Arch", "Level", "load_arch", "ArchError", "CapacityError", "ConstraintError", "FanoutError",
-           "FusionPerfError", "InputFormatError", "MappingError", "ProblemError", "OpLeaf", "S", "Scope", "T", "Tile",
-           "dump_mapping", "free_variables", "load_mapping", "substitute", "BatchResult", "Compiled", "compile_tree",
-           "evaluate", "evaluate_batch", "tree_factors", "Problem", "attention", "conv_chain", "gemm_chain",
-           "LevelStats", "Result", "TEMPLATES", "FactorSpace", "SearchResult", "explore", "search", "search_template",
-           "template"]
+__all__ = ["Arch", "Level", "load_arch", "ArchError", "CapacityError", "ConfigError", "ConstraintError",
+           "FanoutError", "FusionPerfError", "InputFormatError", "MappingError", "ProblemError", "OpLeaf", "S",
+           "Scope", "T", "Tile", "dump_mapping", "free_variables", "load_mapping", "substitute", "BatchResult",
+           "Compiled", "compile_tree", "evaluate", "evaluate_batch", "tree_factors", "Problem", "attention",
+           "conv_chain", "gemm_chain", "LevelStats", "Result", "TEMPLATES", "FactorSpace", "SearchResult", "explore",
+           "search", "search_template", "template"]

@@ -9,9 +9,12 @@ import sys
 
 
 def main(argv=None) -> int:
+    from .errors import cli_count
+
     ap = argparse.ArgumentParser(prog="python -m fusion_perf", description=__doc__)
     ap.add_argument("files", nargs="+", help="YAML files with architecture / problem / mapping / macro sections")
-    ap.add_argument("--iterations", type=int, default=100, help="MCTS iterations when the mapping has free factors")
+    ap.add_argument("--iterations", type=cli_count(1), default=100,
+                    help="MCTS iterations when the mapping has free factors (>= 1)")
     ap.add_argument("--objective", choices=["cycles", "energy"], default="cycles")
     ap.add_argument("--json", action="store_true", help="print the full result as JSON")
     a = ap.parse_args(argv)

@@ -236,9 +236,11 @@ def bench_dse(budget: dict, archs=("edge_accel", "cloud_accel"), shapes=None, wo
 def main(argv=None) -> int:
     from shared_ir.benchkit import bench_parser, machine, machine_line, write_json
 
+    from .errors import cli_count
+
     ap = bench_parser("python -m fusion_perf.bench", __doc__, SCALES, "results/bench-fusion_perf.json")
     ap.add_argument("--shapes", nargs="*", default=None, help="attention shapes to run (default: all nine)")
-    ap.add_argument("--jobs", type=int, default=2, help="worker processes for the DSE searches (default 2)")
+    ap.add_argument("--jobs", type=cli_count(1), default=2, help="worker processes for the DSE searches (default 2)")
     a = ap.parse_args(argv)
     sc = SCALES[a.scale]
     t0 = time.perf_counter()

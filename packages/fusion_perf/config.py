@@ -4,15 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from shared_ir.errors import ValidationError
-
+from .errors import ConfigError, require_count
 from .search import TEMPLATES, canonical
-
-
-def _pos(obj, name: str):
-    v = getattr(obj, name)
-    if not isinstance(v, int) or isinstance(v, bool) or v < 1:
-        raise ValidationError(f"task.{name}", f"must be an integer >= 1, got {v!r}", v)
 
 
 @dataclass
@@ -48,21 +41,23 @@ class DSEConfig:
     """Write PNG plots."""
 
     def __post_init__(self):
-        _pos(self, "iterations")
-        _pos(self, "rollouts")
-        _pos(self, "restarts")
-        _pos(self, "top_k")
-        for name in ("kicks", "sweep"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-                raise ValidationError(f"task.{name}", f"must be an integer >= 0, got {v!r}", v)
+        for name, minimum in (("iterations", 1), ("rollouts", 1), ("restarts", 1), ("top_k", 1), ("kicks", 0),
+                              ("sweep", 0), ("seed", 0)):
+            require_count(f"task.{name}", getattr(self, name), minimum)
+        for name in ("softmax", "plots"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"task.{name}", f"must be true or false, got {getattr(self, name)!r}")
+        if self.shapes is not None and (isinstance(self.shapes, (str, bytes)) or not hasattr(self.shapes, "__iter__")):
+            raise ConfigError("task.shapes", f"must be a list of shape names or mappings, got {self.shapes!r}")
+        if isinstance(self.templates, str) or not hasattr(self.templates, "__iter__"):
+            raise ConfigError("task.templates", f"must be a list of template names, got {self.templates!r}")
         self.templates = list(self.templates)
         for i, t in enumerate(self.templates):
-            if canonical(t) not in TEMPLATES:
-                raise ValidationError(f"task.templates[{i}]",
-                                      f"unknown template {t!r}; choose from {list(TEMPLATES)}", t)
+            if not isinstance(t, str) or canonical(t) not in TEMPLATES:
+                raise ConfigError(f"task.templates[{i}]",
+                                  f"unknown template {t!r}; choose from {list(TEMPLATES)}", t)
         if not self.templates:
-            raise ValidationError("task.templates", "at least one template is required")
+            raise ConfigError("task.templates", "at least one template is required")
 
     def pick(self, table: list, fields: tuple[str, ...]) -> list:
         """The chosen rows of ``table`` (name, *fields): named rows of it, and the user's mappings of ``fields``
@@ -76,8 +71,8 @@ class DSEConfig:
                 out.append(_user_shape(dict(s), fields, f"task.shapes[{i}]"))
                 continue
             if s not in names:
-                raise ValidationError(f"task.shapes[{i}]", f"unknown shape {s!r}; choose from {names} or give a "
-                                      f"mapping of {list(fields)}", s)
+                raise ConfigError(f"task.shapes[{i}]", f"unknown shape {s!r}; choose from {names} or give a "
+                                  f"mapping of {list(fields)}", s)
             out.append(table[names.index(s)])
         return out
 
@@ -88,15 +83,15 @@ _OPTIONAL_SHAPE_FIELDS = {"R2"}  # the conv chain's second kernel defaults to 1x
 def _user_shape(d: dict, fields: tuple[str, ...], where: str) -> tuple:
     unknown = sorted(set(d) - set(fields) - {"name"})
     if unknown:
-        raise ValidationError(f"{where}.{unknown[0]}", f"is not a shape field (fields: {list(fields)}, name)",
-                              d[unknown[0]])
+        raise ConfigError(f"{where}.{unknown[0]}", f"is not a shape field (fields: {list(fields)}, name)",
+                          d[unknown[0]])
     missing = [f for f in fields if f not in d and f not in _OPTIONAL_SHAPE_FIELDS]
     if missing:
-        raise ValidationError(f"{where}.{missing[0]}", f"is required (fields: {list(fields)})")
+        raise ConfigError(f"{where}.{missing[0]}", f"is required (fields: {list(fields)})")
     for f in fields:
         v = d.get(f)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
-            raise ValidationError(f"{where}.{f}", f"must be an integer >= 1, got {v!r}", v)
+            raise ConfigError(f"{where}.{f}", f"must be an integer >= 1, got {v!r}", v)
     vals = [d[f] for f in fields if f in d]
     return (str(d.get("name") or "user-" + "x".join(map(str, vals))), *vals)
 

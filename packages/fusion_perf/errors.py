@@ -48,3 +48,27 @@ class FanoutError(ConstraintError):
 
 class InputFormatError(FusionPerfError):
     """A TileFlow-format input file is unreadable or uses an unsupported construct."""
+
+
+class ConfigError(FusionPerfError):
+    """A search budget or task setting is out of range (``path`` names the field, e.g. ``task.iterations``)."""
+
+
+def require_count(path: str, value: object, minimum: int = 1) -> int:
+    """``value`` as an integer >= ``minimum``, else :class:`ConfigError` naming ``path`` and the value."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(path, f"must be an integer >= {minimum}, got {value!r}", value)
+    return value
+
+
+def cli_count(minimum: int = 1):
+    """An argparse ``type=`` for integers >= ``minimum`` (argparse names the option in its message)."""
+    import argparse
+
+    def parse(text: str) -> int:
+        try:
+            return require_count("", int(text), minimum)
+        except (ValueError, ConfigError):
+            raise argparse.ArgumentTypeError(f"must be an integer >= {minimum}, got {text!r}") from None
+
+    return parse

@@ -3,8 +3,9 @@ saved as YAML in the TileFlow node syntax (``node-type``, ``type``, ``factors``,
 ``bypass``, ``split``, ``subtree``).
 
 A loop factor is an int, or a name: a macro (resolved when loading) or a free variable to be searched. In YAML,
-``?`` and names that are not macros become a free variable of that loop alone (``<dim>@<node path>``), since
-TileFlow files reuse one placeholder name for many loops; trees built in Python may share a variable name.
+``?`` is a free variable of that loop alone (``<dim>@<node path>``); another name that is no macro is an error
+(a typo must not become a searched factor), unless ``free_names`` asks for TileFlow's mapper convention, where
+such a name is a free variable of that loop alone. Trees built in Python may share a variable name.
 """
 from __future__ import annotations
 
@@ -124,8 +125,10 @@ def substitute(node: Node, values: Mapping[str, int]) -> Node:
 _FACTOR = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*=\s*([A-Za-z0-9_?]+)(\s*,\s*[0-9]+)?")
 
 
-def _parse_factors(text: Any, macros: Mapping[str, Any], where: str,
-                   autoname: str = "") -> tuple[list[tuple[str, Factor]], list[str]]:
+def _parse_factors(text: Any, macros: Mapping[str, Any], where: str, autoname: str = "",
+                   free_names: bool = False) -> tuple[list[tuple[str, Factor]], list[str]]:
+    """Loops of a ``factors`` field. ``autoname`` (YAML): ``?`` is a free factor of this loop; another name must be
+    a macro unless ``free_names`` (TileFlow's mapper placeholders). Without it (Python) names are free variables."""
     if isinstance(text, Mapping):
         items = [(str(k), v) for k, v in text.items()]
     else:
@@ -140,23 +143,33 @@ def _parse_factors(text: Any, macros: Mapping[str, Any], where: str,
             pos = m.end()
         if s[pos:].strip(" ,\t"):
             raise MappingError(where, f"cannot parse factors {text!r} near {s[pos:]!r}", text)
-    out: list[tuple[str, Factor]] = []
-    for d, v in items:
-        if isinstance(v, bool):
-            raise MappingError(f"{where}.{d}", f"factor must be an integer or a name, got {v!r}", v)
-        if isinstance(v, int) or (isinstance(v, str) and v.isdigit()):
-            f: Factor = int(v)
-        elif v == "?" or v is None:
-            f = f"{d}@{autoname}"
-        elif v in macros:
-            f = int(macros[v])
-        else:
-            # an undefined name is a free factor of this loop only (TileFlow files reuse one placeholder name)
-            f = f"{v}:{d}@{autoname}" if autoname else str(v)
-        if isinstance(f, int) and f < 1:
-            raise MappingError(f"{where}.{d}", f"factor must be >= 1, got {f}", f)
-        out.append((d, f))
+    out = [(d, _factor(d, v, macros, f"{where}.{d}", autoname, free_names)) for d, v in items]
     return out, [d for d, _ in out]
+
+
+def _factor(d: str, v: Any, macros: Mapping[str, Any], where: str, autoname: str, free_names: bool) -> Factor:
+    if v == "?" or v is None:
+        return f"{d}@{autoname}"
+    if isinstance(v, str) and not re.fullmatch(r"[0-9]+", v):
+        if v in macros:
+            return _integer(macros[v], where, f"macro {v!r}")
+        if not autoname:
+            return v
+        if free_names:
+            return f"{v}:{d}@{autoname}"  # TileFlow files reuse one placeholder name for many loops
+        known = f"known macros: {sorted(map(str, macros))}" if macros else "no macros are defined"
+        raise MappingError(where, f"unknown factor {v!r}: not an integer, a macro or '?' ({known})", v)
+    return _integer(v, where, "factor")
+
+
+def _integer(v: Any, where: str, what: str) -> int:
+    if isinstance(v, str) and re.fullmatch(r"[0-9]+", v.strip()):
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise MappingError(where, f"{what} must be an integer, got {v!r}", v)
+    if v < 1:
+        raise MappingError(where, f"{what} must be >= 1, got {v}", v)
+    return v
 
 
 def _parse_perm(text: Any, where: str) -> list[str]:
@@ -168,9 +181,13 @@ def _parse_perm(text: Any, where: str) -> list[str]:
     return list(s)  # TileFlow: one character per dimension
 
 
-def node_from_dict(d: Any, macros: Mapping[str, Any] | None = None, where: str = "mapping") -> Node:
-    """Parse one node (and its subtree) of the TileFlow mapping syntax. Errors name ``where`` (file: field path)."""
+def node_from_dict(d: Any, macros: Mapping[str, Any] | None = None, where: str = "mapping",
+                   free_names: bool = False) -> Node:
+    """Parse one node (and its subtree) of the TileFlow mapping syntax. Errors name ``where`` (file: field path).
+    A factor that is neither an integer, a macro nor ``?`` is an error unless ``free_names``."""
     macros = macros or {}
+    if not isinstance(macros, Mapping):
+        raise MappingError("macro", f"must be a mapping of names to numbers, got {macros!r}", macros)
     if not isinstance(d, Mapping):
         raise MappingError(where, f"a mapping node must be a mapping, got {type(d).__name__}", d)
     nt = str(d.get("node-type", d.get("node_type", ""))).lower()
@@ -179,7 +196,9 @@ def node_from_dict(d: Any, macros: Mapping[str, Any] | None = None, where: str =
         sub = [sub]
     if sub is None:
         sub = []
-    kids = [node_from_dict(c, macros, f"{where}.subtree[{i}]") for i, c in enumerate(sub)]
+    if not isinstance(sub, list):
+        raise MappingError(f"{where}.subtree", f"must be a list of nodes, got {sub!r}", sub)
+    kids = [node_from_dict(c, macros, f"{where}.subtree[{i}]", free_names) for i, c in enumerate(sub)]
     if nt == "op":
         if "name" not in d:
             raise MappingError(f"{where}.name", "an Op node needs a name")
@@ -203,7 +222,7 @@ def node_from_dict(d: Any, macros: Mapping[str, Any] | None = None, where: str =
             raise MappingError(f"{where}.factors", "a Tile node needs factors")
         if "target" not in d:
             raise MappingError(f"{where}.target", "a Tile node needs a target storage level")
-        loops, order = _parse_factors(d["factors"], macros, f"{where}.factors", where)
+        loops, order = _parse_factors(d["factors"], macros, f"{where}.factors", where, free_names)
         if d.get("permutation") is not None:
             perm = _parse_perm(d["permutation"], f"{where}.permutation")
             if sorted(perm) != sorted(order):
@@ -216,9 +235,15 @@ def node_from_dict(d: Any, macros: Mapping[str, Any] | None = None, where: str =
         byp = d.get("bypass") or ()
         if isinstance(byp, str):
             byp = [x for x in re.split(r"[\s,]+", byp) if x]
+        if not isinstance(byp, (list, tuple)) or not all(isinstance(x, str) for x in byp):
+            raise MappingError(f"{where}.bypass", f"must be a list of tensor names, got {byp!r}", byp)
+        split = d.get("split")
+        if isinstance(split, str) and re.fullmatch(r"[0-9]+", split.strip()):
+            split = int(split)
+        if split is not None and (isinstance(split, bool) or not isinstance(split, int) or split < 0):
+            raise MappingError(f"{where}.split", f"must be an integer >= 0, got {split!r}", split)
         try:
-            return Tile(str(d["target"]), loops, kids[0], str(d.get("type", "temporal")), tuple(byp),
-                        int(d["split"]) if d.get("split") is not None else None)
+            return Tile(str(d["target"]), loops, kids[0], str(d.get("type", "temporal")), tuple(byp), split)
         except MappingError as e:
             raise MappingError(f"{where}.type", str(e).split(": ", 1)[-1], d.get("type")) from None
     raise MappingError(f"{where}.node-type", f"must be Tile, Scope or Op, got {d.get('node-type')!r}", nt)
@@ -242,13 +267,16 @@ def node_to_dict(n: Node) -> dict[str, Any]:
     return out
 
 
-def load_mapping(src: Any, macros: Mapping[str, Any] | None = None) -> Node:
-    """A tree from a node dict, a ``{mapping: ...}`` dict, a YAML string or a path."""
+def load_mapping(src: Any, macros: Mapping[str, Any] | None = None, free_names: bool = False) -> Node:
+    """A tree from a node dict, a ``{mapping: ...}`` dict, a YAML string or a path (factors: integers, macros or
+    ``?``; other names only with ``free_names``)."""
     import os
 
     import yaml
 
     where = "mapping"
+    if macros is not None and not isinstance(macros, Mapping):
+        raise MappingError("macro", f"must be a mapping of names to numbers, got {macros!r}", macros)
     if isinstance(src, (Tile, Scope, OpLeaf)):
         return src
     if isinstance(src, (str, os.PathLike)) and ("\n" not in str(src)) and os.path.exists(str(src)):
@@ -262,9 +290,12 @@ def load_mapping(src: Any, macros: Mapping[str, Any] | None = None) -> Node:
             at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
             raise MappingError(where, f"YAML does not parse{at}: {getattr(e, 'problem', e)}") from None
     if isinstance(src, Mapping) and "mapping" in src:
-        macros = {**(src.get("macro") or {}), **(macros or {})}
+        own = src.get("macro") or {}
+        if not isinstance(own, Mapping):
+            raise MappingError("macro", f"must be a mapping of names to numbers, got {own!r}", own)
+        macros = {**own, **(macros or {})}
         src = src["mapping"]
-    return node_from_dict(src, macros, where)
+    return node_from_dict(src, macros, where, free_names)
 
 
 def dump_mapping(node: Node) -> str:

@@ -48,7 +48,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from .arch import Arch, load_arch
-from .errors import MappingError
+from .errors import ConfigError, MappingError, require_count
 from .mapping import Node, OpLeaf, Scope, Tile, substitute
 from .model import Compiled, compile_tree
 from .problem import Problem
@@ -545,6 +545,12 @@ def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective:
       shared loop factors on every loop order, then of each op's spatial factors; the ``sweep`` best distinct
       ones of each block are refined. This takes most of the seed dependence out of the result.
     """
+    for name, value, minimum in (("iterations", iterations, 1), ("rollouts", rollouts, 1), ("restarts", restarts, 1),
+                                 ("top_k", top_k, 1), ("kicks", kicks, 0), ("sweep", sweep, 0),
+                                 ("refine_sweeps", refine_sweeps, 0)):
+        require_count(f"search.{name}", value, minimum)
+    if objective not in ("cycles", "energy"):
+        raise ConfigError("search.objective", f"must be 'cycles' or 'energy', got {objective!r}", objective)
     arch = load_arch(arch)
     trees = [trees] if isinstance(trees, (Tile, Scope, OpLeaf)) else list(trees)
     comps = [compile_tree(problem, arch, t) for t in trees]
@@ -553,7 +559,6 @@ def search(problem: Problem, arch: Any, trees: Node | Sequence[Node], objective:
     pair_moves = kicks > 0 if pair_moves is None else pair_moves
     pools: list[list] = []
     evals = 0
-    restarts = max(1, restarts)
     per = max(1, iterations // restarts)
     for r in range(restarts):
         rng = np.random.default_rng([seed, r])

@@ -7,8 +7,9 @@ Supported: storage ``local`` components (``name[0..N-1]``, ``meshX``/``meshY``, 
 ``read_energy``/``write_energy`` in pJ per word), one compute component (``class`` containing ``mac``); problem
 projections ``[[D]]`` and ``[[D, coeff]]`` sums with coefficients from numbers, ``coefficients``, ``instance`` or
 macros; ``io`` lists; per-op or global ``instance``; mapping nodes Tile/Scope/Op with ``factors`` (ints, macros,
-``?`` for searched factors), ``permutation`` (one letter per dim, or space-separated names), ``target``,
-``bypass``, ``split``, ``type``; ``check: {mem: False}``; ``output: PATH``.
+``?`` for searched factors; any other name is an error naming the node, unless a ``tileflow-mapper`` section asks
+for TileFlow's mapper, which searches factors written as names), ``permutation`` (one letter per dim, or
+space-separated names), ``target``, ``bypass``, ``split``, ``type``; ``check: {mem: False}``; ``output: PATH``.
 
 Not supported (rejected with an error naming the file and field): architecture versions other than 0.2,
 residual factors (``M=4,3``), non-identity ``binding``, ``multicast: false``, a compute component other than
@@ -52,7 +53,11 @@ def read_files(paths: Sequence[str]) -> Inputs:
     for p in paths:
         if not os.path.isfile(p):
             raise InputFormatError(str(p), "file not found")
-        text = open(p).read()
+        try:
+            with open(p, encoding="utf-8") as f:
+                text = f.read()
+        except UnicodeDecodeError as e:
+            raise InputFormatError(str(p), f"not a UTF-8 text file (byte {e.start}: {e.reason})") from None
         try:
             d = yaml.safe_load(text)
         except yaml.YAMLError as e:
@@ -84,6 +89,82 @@ def read_files(paths: Sequence[str]) -> Inputs:
 _RANGE = re.compile(r"^(.*?)\[(\d+)\.\.(\d+)\]$")
 
 
+def _map(v: Any, where: str) -> Mapping:
+    if v is None:
+        return {}
+    if not isinstance(v, Mapping):
+        raise InputFormatError(where, f"must be a mapping, got {v!r}")
+    return v
+
+
+def _list(v: Any, where: str) -> list:
+    if v is None:
+        return []
+    if not isinstance(v, list):
+        raise InputFormatError(where, f"must be a list, got {v!r}")
+    return v
+
+
+def _real(v: Any, where: str, positive: bool = True) -> float:
+    """A finite number (> 0, or >= 0 with ``positive=False``) from an int, float or numeric string."""
+    x = math.nan
+    if not isinstance(v, bool) and isinstance(v, (int, float, str)):
+        try:
+            x = float(v)
+        except (ValueError, OverflowError):
+            pass
+    if not math.isfinite(x) or (x <= 0 if positive else x < 0):
+        raise InputFormatError(where, f"must be a number {'>' if positive else '>='} 0, got {v!r}")
+    return x
+
+
+def _count(v: Any, where: str) -> int:
+    if isinstance(v, str) and re.fullmatch(r"\s*[0-9]+\s*", v):
+        v = int(v)
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise InputFormatError(where, f"must be an integer >= 1, got {v!r}")
+    return v
+
+
+def _replicas(name: str, where: str) -> tuple[str, int]:
+    """``L1[0..3]`` -> ("L1", 4); a name without a range -> (name, 1)."""
+    m = _RANGE.match(name)
+    if not m:
+        return name, 1
+    n = int(m.group(3)) - int(m.group(2)) + 1
+    if n < 1:
+        raise InputFormatError(where, f"range {name!r} is empty")
+    return m.group(1), n
+
+
+def _capacity(cls: str, at: Mapping, bits: int, path: str) -> float:
+    if cls == "dram":
+        return math.inf
+    if "sizeKB" in at:
+        return _real(at["sizeKB"], f"{path}.sizeKB") * 1024 * 8 / bits
+    if "depth" in at:
+        blk = at.get("block-size", at.get("block_size"))
+        width = blk if blk is not None else _real(at.get("width", bits), f"{path}.width") / bits
+        return _real(at["depth"], f"{path}.depth") * _real(width, f"{path}.block-size")
+    return math.inf
+
+
+def _storage(c: Mapping, cls: str, at: Mapping, path: str, n: int, mesh: tuple[int, int]) -> Level:
+    ap = f"{path}.attributes"
+    bits = _count(at.get("word-bits", at.get("word_bits", 16)), f"{ap}.word-bits")
+    cap = _capacity(cls, at, bits, ap)
+    bw = [math.inf if not at.get(k) else _real(at[k], f"{ap}.{k}") for k in ("read_bandwidth", "write_bandwidth")]
+    e0 = _DEFAULT_ENERGY.get(cls, 1.0) * bits / 16
+    en = [_real(at.get(k, e0), f"{ap}.{k}", positive=False) for k in ("read_energy", "write_energy")]
+    base = _replicas(str(c.get("name", "")), f"{path}.name")[0]
+    try:
+        return Level(base, cap, bw[0], bw[1], en[0], en[1], n, mesh[0], mesh[1], max(1, bits // 8))
+    except ArchError as err:
+        raise InputFormatError(path, str(err)) from None
+
+
 def parse_arch(d: Any, where: str = "architecture") -> Arch:
     if not isinstance(d, Mapping):
         raise InputFormatError(where, "must be a mapping")
@@ -93,54 +174,37 @@ def parse_arch(d: Any, where: str = "architecture") -> Arch:
     levels: list[Level] = []
     compute: list[tuple[int, float, tuple[int, int]]] = []
 
-    def comp_(c: Mapping, path: str, outer: int, outer_x: int):
+    def comp_(c: Any, path: str, outer: int, outer_x: int):
         # v0.2 semantics: a range on an enclosing subtree replicates everything inside it
-        name = str(c.get("name", ""))
+        if not isinstance(c, Mapping):
+            raise InputFormatError(path, f"a component must be a mapping, got {c!r}")
         cls = str(c.get("class", "")).lower()
-        at = c.get("attributes") or {}
-        m = _RANGE.match(name)
-        base, own = (m.group(1), int(m.group(3)) - int(m.group(2)) + 1) if m else (name, 1)
+        at = _map(c.get("attributes"), f"{path}.attributes")
+        own = _replicas(str(c.get("name", "")), f"{path}.name")[1]
         n = outer * own
-        mx = at.get("meshX")
-        mx = outer_x * (int(mx) if mx is not None
-                        else (own if at.get("meshY") is None else max(1, own // int(at["meshY"]))))
+        mx, my = at.get("meshX"), at.get("meshY")
+        mx = outer_x * (_count(mx, f"{path}.attributes.meshX") if mx is not None
+                        else (own if my is None else max(1, own // _count(my, f"{path}.attributes.meshY"))))
         my = max(1, n // mx) if n % mx == 0 else 1
         if mx * my != n:
             mx, my = n, 1
         if "mac" in cls or cls in ("compute", "alu"):
-            compute.append((n, float(at.get("energy", _DEFAULT_MAC)), (mx, my)))
+            compute.append((n, _real(at.get("energy", _DEFAULT_MAC), f"{path}.attributes.energy", False), (mx, my)))
             return
         if compute:
             raise InputFormatError(f"{path}", "a storage level below the compute unit is not supported")
-        bits = int(at.get("word-bits", at.get("word_bits", 16)))
-        if cls == "dram":
-            cap = math.inf
-        elif "sizeKB" in at:
-            cap = float(at["sizeKB"]) * 1024 * 8 / bits
-        elif "depth" in at:
-            blk = at.get("block-size", at.get("block_size"))
-            cap = float(at["depth"]) * (float(blk) if blk is not None else float(at.get("width", bits)) / bits)
-        else:
-            cap = math.inf
-        if cap <= 0:
-            raise InputFormatError(f"{path}.attributes", f"capacity must be > 0, got {cap}")
-        rb = float(at.get("read_bandwidth", math.inf) or math.inf)
-        wb = float(at.get("write_bandwidth", math.inf) or math.inf)
-        e0 = _DEFAULT_ENERGY.get(cls, 1.0) * bits / 16
-        levels.append(Level(base, cap, rb, wb, float(at.get("read_energy", e0)), float(at.get("write_energy", e0)),
-                            n, mx, my, max(1, bits // 8)))
+        levels.append(_storage(c, cls, at, path, n, (mx, my)))
 
-    def rec(node: Mapping, path: str, outer: int, outer_x: int):
+    def rec(node: Any, path: str, outer: int, outer_x: int):
         if not isinstance(node, Mapping):
             raise InputFormatError(path, "an architecture node must be a mapping")
-        m = _RANGE.match(str(node.get("name", "")))
-        if m:
-            k = int(m.group(3)) - int(m.group(2)) + 1
-            at = node.get("attributes") or {}
-            outer, outer_x = outer * k, outer_x * int(at.get("meshX", k))
-        for i, c in enumerate(node.get("local") or []):
+        if _RANGE.match(str(node.get("name", ""))):
+            k = _replicas(str(node.get("name", "")), f"{path}.name")[1]
+            at = _map(node.get("attributes"), f"{path}.attributes")
+            outer, outer_x = outer * k, outer_x * _count(at.get("meshX", k), f"{path}.attributes.meshX")
+        for i, c in enumerate(_list(node.get("local"), f"{path}.local")):
             comp_(c, f"{path}.local[{i}]", outer, outer_x)
-        for i, s in enumerate(node.get("subtree") or []):
+        for i, s in enumerate(_list(node.get("subtree"), f"{path}.subtree")):
             rec(s, f"{path}.subtree[{i}]", outer, outer_x)
 
     rec(d, where, 1, 1)
@@ -166,15 +230,86 @@ def _names(v: Any) -> list[str]:
 
 def _num(v: Any, env: Mapping[str, Any], where: str) -> int:
     seen = 0
-    while isinstance(v, str) and not v.lstrip("-").isdigit():
+    while isinstance(v, str) and not re.fullmatch(r"\s*-?[0-9]+\s*", v):
         if v not in env or seen > 8:
             raise InputFormatError(where, f"unknown name {v!r} (not a number, macro or instance value)")
         v = env[v]
         seen += 1
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        raise InputFormatError(where, f"expected an integer, got {v!r}") from None
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, str):
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise InputFormatError(where, f"expected an integer, got {v!r}")
+    return v
+
+
+def _extent(v: Any, env: Mapping[str, Any], where: str) -> int:
+    e = _num(v, env, where)
+    if e < 1:
+        raise InputFormatError(where, f"an extent must be >= 1, got {e}")
+    return e
+
+
+def _projection(ds: Mapping, dims: list[str], cenv: Mapping[str, Any], tw: str) -> list:
+    idx = []
+    for k, proj in enumerate(_list(ds.get("projection"), f"{tw}.projection")):
+        terms: dict[str, int] = {}
+        if not isinstance(proj, list):
+            raise InputFormatError(f"{tw}.projection[{k}]", f"expected a list of terms, got {proj!r}")
+        for term in proj:
+            term = term if isinstance(term, list) else [term]
+            dn = [x for x in term if isinstance(x, str) and x in dims]
+            if len(dn) != 1:
+                raise InputFormatError(f"{tw}.projection[{k}]", f"term {term} must name exactly one of the "
+                                       f"op's dimensions {dims}")
+            c = 1
+            for x in term:
+                if x != dn[0]:
+                    c *= _num(x, cenv, f"{tw}.projection[{k}]")
+            terms[dn[0]] = terms.get(dn[0], 0) + c
+        try:
+            idx.append(AffineExpr.of(terms))
+        except Exception as e:  # shared_ir validation
+            raise InputFormatError(f"{tw}.projection[{k}]", str(e)) from None
+    return idx
+
+
+def _parse_op(od: Any, i: int, env: Mapping[str, Any], coeffs: Mapping[str, Any], glob_inst: Mapping[str, Any],
+              ext: dict[str, int], where: str) -> tuple:
+    w = f"{where}.ops[{i}]"
+    if not isinstance(od, Mapping) or "name" not in od:
+        raise InputFormatError(w, "an op needs a name")
+    name = str(od["name"])
+    w = f"{where}.ops[{i}]({name})"
+    dims = _names(od.get("dimensions"))
+    own = _map(od.get("instance"), f"{w}.instance")
+    inst = {k: _extent(v, env, f"{w}.instance.{k}") for k, v in own.items()}
+    for dd in dims:
+        if dd not in inst and dd not in ext:
+            raise InputFormatError(f"{w}.dimensions", f"dimension {dd!r} has no extent (instance)")
+        e = inst.get(dd, ext.get(dd))
+        if ext.setdefault(dd, e) != e:
+            raise InputFormatError(f"{w}.instance.{dd}", f"extent {e} disagrees with {ext[dd]} elsewhere")
+    cenv = {**env, **coeffs, **glob_inst, **own}
+    spaces = od.get("data-spaces") or od.get("data_spaces")
+    if not isinstance(spaces, list) or not spaces:
+        raise InputFormatError(f"{w}.data-spaces", "a list of data spaces is required")
+    accs = {}
+    for j, ds in enumerate(spaces):
+        tw = f"{w}.data-spaces[{j}]"
+        if not isinstance(ds, Mapping) or ds.get("name") is None:
+            raise InputFormatError(tw, f"a data space is a mapping with a name, got {ds!r}")
+        accs[str(ds["name"])] = (_projection(ds, dims, cenv, tw), bool(ds.get("read-write", False)))
+    out = _names(od.get("out"))
+    oin = _names(od.get("ins"))
+    if len(out) != 1:
+        raise InputFormatError(f"{w}.out", f"exactly one output tensor is required, got {out}")
+    for t in oin + out:
+        if t not in accs:
+            raise InputFormatError(f"{w}.ins" if t in oin else f"{w}.out",
+                                   f"tensor {t!r} is not among the op's data-spaces {sorted(accs)}")
+    return name, dims, accs, oin, out[0], od.get("type")
 
 
 def parse_problem(d: Any, macros: Mapping[str, Any], where: str = "problem") -> Problem:
@@ -183,86 +318,24 @@ def parse_problem(d: Any, macros: Mapping[str, Any], where: str = "problem") -> 
     ops_d = d.get("ops")
     if not isinstance(ops_d, list) or not ops_d:
         raise InputFormatError(f"{where}.ops", "a list of ops is required")
-    glob_inst = dict(d.get("instance") or {})
-    coeffs = {c["name"]: c.get("default", 1) for c in (d.get("coefficients") or []) if isinstance(c, Mapping)}
-    io = d.get("io") or {}
+    glob_inst = _map(d.get("instance"), f"{where}.instance")
+    coeffs = {}
+    for i, c in enumerate(_list(d.get("coefficients"), f"{where}.coefficients")):
+        if not isinstance(c, Mapping) or not isinstance(c.get("name"), str):
+            raise InputFormatError(f"{where}.coefficients[{i}]", f"a coefficient needs a name, got {c!r}")
+        coeffs[c["name"]] = c.get("default", 1)
+    io = _map(d.get("io"), f"{where}.io")
     ins, outs = _names(io.get("ins")), _names(io.get("outs"))
-    # extents
-    env = {**macros}
-    ext: dict[str, int] = {}
-    for k, v in glob_inst.items():
-        ext[k] = _num(v, env, f"{where}.instance.{k}")
-    ops: list[Op] = []
+    env = {**_map(macros, "macro")}
+    ext = {str(k): _extent(v, env, f"{where}.instance.{k}") for k, v in glob_inst.items()}
+    parsed = [_parse_op(od, i, env, coeffs, glob_inst, ext, where) for i, od in enumerate(ops_d)]
     shapes: dict[str, list] = {}
-    parsed = []
-    for i, od in enumerate(ops_d):
-        w = f"{where}.ops[{i}]"
-        if not isinstance(od, Mapping) or "name" not in od:
-            raise InputFormatError(w, "an op needs a name")
-        name = str(od["name"])
-        w = f"{where}.ops[{i}]({name})"
-        dims = _names(od.get("dimensions"))
-        inst = {k: _num(v, env, f"{w}.instance.{k}") for k, v in (od.get("instance") or {}).items()}
-        for dd in dims:
-            if dd not in inst and dd not in ext:
-                raise InputFormatError(f"{w}.dimensions", f"dimension {dd!r} has no extent (instance)")
-            e = inst.get(dd, ext.get(dd))
-            if ext.setdefault(dd, e) != e:
-                raise InputFormatError(f"{w}.instance.{dd}", f"extent {e} disagrees with {ext[dd]} elsewhere")
-        cenv = {**env, **coeffs, **glob_inst, **(od.get("instance") or {})}
-        spaces = od.get("data-spaces") or od.get("data_spaces")
-        if not isinstance(spaces, list) or not spaces:
-            raise InputFormatError(f"{w}.data-spaces", "a list of data spaces is required")
-        accs = {}
-        for j, ds in enumerate(spaces):
-            tw = f"{w}.data-spaces[{j}]"
-            tname = str(ds.get("name"))
-            idx = []
-            for k, proj in enumerate(ds.get("projection") or []):
-                terms: dict[str, int] = {}
-                if not isinstance(proj, list):
-                    raise InputFormatError(f"{tw}.projection[{k}]", f"expected a list of terms, got {proj!r}")
-                for term in proj:
-                    term = term if isinstance(term, list) else [term]
-                    dn = [x for x in term if isinstance(x, str) and x in dims]
-                    if len(dn) != 1:
-                        raise InputFormatError(f"{tw}.projection[{k}]", f"term {term} must name exactly one of the "
-                                               f"op's dimensions {dims}")
-                    c = 1
-                    for x in term:
-                        if x != dn[0]:
-                            c *= _num(x, cenv, f"{tw}.projection[{k}]")
-                    terms[dn[0]] = terms.get(dn[0], 0) + c
-                idx.append(AffineExpr.of(terms))
-            accs[tname] = (idx, bool(ds.get("read-write", False)))
-        out = _names(od.get("out"))
-        oin = _names(od.get("ins"))
-        if len(out) != 1:
-            raise InputFormatError(f"{w}.out", f"exactly one output tensor is required, got {out}")
-        for t in oin + out:
-            if t not in accs:
-                raise InputFormatError(f"{w}.ins" if t in oin else f"{w}.out",
-                                       f"tensor {t!r} is not among the op's data-spaces {sorted(accs)}")
-        parsed.append((name, dims, accs, oin, out[0], od.get("type")))
     for name, dims, accs, oin, out, typ in parsed:
         for t, (idx, _) in accs.items():
             shp = [1 + sum(abs(c) * (ext[dd] - 1) for dd, c in e.terms) for e in idx]
             if shapes.setdefault(t, shp) != shp:
                 shapes[t] = [max(a, b) for a, b in zip(shapes[t], shp)]
-    for name, dims, accs, oin, out, typ in parsed:
-        outdims = {dd for dd, _ in sum((e.terms for e in accs[out][0]), ())}
-
-        def tensor(t):
-            role = TensorRole.input if t in ins else TensorRole.output if t in outs else TensorRole.activation
-            return Tensor(t, tuple(shapes[t]), "float16", role)
-
-        kind = OpKind.elementwise if typ else (OpKind.matmul if outdims != set(dims) else OpKind.elementwise)
-        try:
-            ops.append(Op(name, kind, tuple(Dim(dd, ext[dd], dd not in outdims) for dd in dims),
-                          tuple(Access(tensor(t), tuple(accs[t][0])) for t in oin),
-                          (Access(tensor(out), tuple(accs[out][0])),), {"padded": True}))
-        except Exception as e:  # shared_ir validation
-            raise InputFormatError(f"{where}.ops({name})", str(e)) from None
+    ops = [_make_op(p, ext, shapes, ins, outs, where) for p in parsed]
     try:
         return Problem(ops, tuple(ins), tuple(outs), "tileflow", where)
     except Exception as e:
@@ -271,9 +344,29 @@ def parse_problem(d: Any, macros: Mapping[str, Any], where: str = "problem") -> 
         raise InputFormatError(where, str(e).split(": ", 1)[-1] if str(e).startswith(where) else str(e)) from None
 
 
-def parse_mapping(d: Any, macros: Mapping[str, Any], where: str = "mapping") -> Node:
+def _make_op(parsed: tuple, ext: Mapping[str, int], shapes: Mapping[str, list], ins: list[str], outs: list[str],
+             where: str) -> Op:
+    name, dims, accs, oin, out, typ = parsed
+    outdims = {dd for dd, _ in sum((e.terms for e in accs[out][0]), ())}
+
+    def tensor(t):
+        role = TensorRole.input if t in ins else TensorRole.output if t in outs else TensorRole.activation
+        return Tensor(t, tuple(shapes[t]), "float16", role)
+
+    kind = OpKind.elementwise if typ else (OpKind.matmul if outdims != set(dims) else OpKind.elementwise)
     try:
-        tree = node_from_dict(d, macros, where)
+        return Op(name, kind, tuple(Dim(dd, ext[dd], dd not in outdims) for dd in dims),
+                  tuple(Access(tensor(t), tuple(accs[t][0])) for t in oin),
+                  (Access(tensor(out), tuple(accs[out][0])),), {"padded": True})
+    except Exception as e:  # shared_ir validation
+        raise InputFormatError(f"{where}.ops({name})", str(e)) from None
+
+
+def parse_mapping(d: Any, macros: Mapping[str, Any], where: str = "mapping", free_names: bool = False) -> Node:
+    """The tree; a factor name that is no macro is an error unless ``free_names`` (a ``tileflow-mapper`` section:
+    TileFlow's mapper searches factors written as names)."""
+    try:
+        tree = node_from_dict(d, macros, where, free_names)
     except MappingError as e:
         raise InputFormatError(e.path, str(e)[len(e.path) + 2:] if str(e).startswith(e.path) else str(e)) from None
     for path, n in walk(tree, where):
@@ -299,7 +392,7 @@ def load_inputs(paths: Sequence[str]):
     src = inp.sources
     arch = parse_arch(inp.data["architecture"], f"{src['architecture']}: architecture")
     prob = parse_problem(inp.data["problem"], m, f"{src['problem']}: problem")
-    tree = parse_mapping(inp.data["mapping"], m, f"{src['mapping']}: mapping")
+    tree = parse_mapping(inp.data["mapping"], m, f"{src['mapping']}: mapping", "tileflow-mapper" in inp.data)
     # targets must name levels of this architecture: say which file
     names = [lv.name for lv in arch.levels]
     for path, n in walk(tree, f"{src['mapping']}: mapping"):

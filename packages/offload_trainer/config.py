@@ -21,9 +21,31 @@ DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj
 
 def _pos(obj: Any, name: str, prefix: str, allow_zero: bool = False) -> None:
     v = getattr(obj, name)
-    if (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-            or (v < 0 if allow_zero else v <= 0)):
-        raise ConfigError(f"{prefix}.{name}", f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}", v)
+    x = math.nan
+    if not isinstance(v, bool) and isinstance(v, (int, float)):
+        try:
+            x = float(v)
+        except OverflowError:
+            pass
+    if not math.isfinite(x) or (x < 0 if allow_zero else x <= 0):
+        raise ConfigError(f"{prefix}.{name}", f"must be a finite number {'>= 0' if allow_zero else '> 0'}, got {v!r}",
+                          v)
+
+
+def _bool(obj: Any, prefix: str, *names: str) -> None:
+    for name in names:
+        v = getattr(obj, name)
+        if not isinstance(v, bool):
+            raise ConfigError(f"{prefix}.{name}", f"must be true or false, got {v!r}", v)
+
+
+def _strings(obj: Any, name: str, prefix: str) -> tuple[str, ...]:
+    """A tuple of non-empty strings from a list/tuple (or one string)."""
+    v = getattr(obj, name)
+    items = (v,) if isinstance(v, str) else v
+    if not isinstance(items, (list, tuple)) or not all(isinstance(x, str) and x for x in items):
+        raise ConfigError(f"{prefix}.{name}", f"must be a list of non-empty names, got {v!r}", v)
+    return tuple(items)
 
 
 def _int(obj: Any, name: str, prefix: str, minimum: int = 1) -> None:
@@ -77,6 +99,7 @@ class LSPConfig:
         _int(self, "calib_batches", prefix)
         _int(self, "adam_threads", prefix, 0)
         _int(self, "seed", prefix, 0)
+        _bool(self, prefix, "initial_fit", "fit_per_module", "overlap")
         if self.weight_dtype not in WEIGHT_DTYPES:
             raise ConfigError(f"{prefix}.weight_dtype", f"must be one of {list(WEIGHT_DTYPES)}, got "
                                                        f"{self.weight_dtype!r}", self.weight_dtype)
@@ -115,7 +138,8 @@ class ModelConfig:
         _int(self, "num_labels", prefix, 0)
         if self.hidden % self.heads:
             raise ConfigError(f"{prefix}.heads", f"must divide hidden ({self.hidden}), got {self.heads}", self.heads)
-        self.target_modules = tuple(self.target_modules)
+        _bool(self, prefix, "gradient_checkpointing")
+        self.target_modules = _strings(self, "target_modules", prefix)
         if not self.target_modules:
             raise ConfigError(f"{prefix}.target_modules", "must list at least one module name", [])
 
@@ -184,6 +208,10 @@ class TrainConfig:
     """Show a progress bar."""
     threads: int = 0
     """torch intra-op threads (0 = leave as is)."""
+    resume_allow_changes: tuple[str, ...] = ()
+    """Settings a resumed run may change from its checkpoint's (e.g. ``[lr, batch]``; ``lr`` = ``train.lr``, other
+    sections dotted: ``lsp.alpha``); any other change that alters training is refused. Steps, progress, threads,
+    eval/checkpoint cadence, device and out_dir may always change."""
 
     def __post_init__(self, prefix: str = "train") -> None:
         if self.method not in METHODS:
@@ -194,10 +222,18 @@ class TrainConfig:
             _int(self, f, prefix, 0)
         for f in ("lr", "eps", "lora_alpha", "galore_scale"):
             _pos(self, f, prefix)
-        b = tuple(self.betas)
-        if len(b) != 2 or not all(isinstance(x, (int, float)) and 0 <= x < 1 for x in b):
-            raise ConfigError(f"{prefix}.betas", f"must be two numbers in [0, 1), got {list(b)!r}", b)
+        b = self.betas
+        if (not isinstance(b, (list, tuple)) or len(b) != 2
+                or not all(isinstance(x, (int, float)) and not isinstance(x, bool) and 0 <= x < 1 for x in b)):
+            raise ConfigError(f"{prefix}.betas", f"must be two numbers in [0, 1), got {b!r}", b)
         self.betas = (float(b[0]), float(b[1]))
+        _bool(self, prefix, "progress")
+        self.resume_allow_changes = _strings(self, "resume_allow_changes", prefix) if self.resume_allow_changes \
+            else ()
+        for i, name in enumerate(self.resume_allow_changes):
+            if resume_field(name) not in _all_fields():
+                raise ConfigError(f"{prefix}.resume_allow_changes[{i}]", f"{name!r} is not a config field (e.g. lr, "
+                                  f"batch, lsp.alpha)", name)
 
 
 @dataclass
@@ -218,37 +254,86 @@ class RunConfig:
     """``auto`` (cuda if available), ``cpu`` or ``cuda``."""
 
     def __post_init__(self) -> None:
-        if self.device not in ("auto", "cpu", "cuda"):
+        if not isinstance(self.device, str) or self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError("device", f"must be auto, cpu or cuda, got {self.device!r}", self.device)
+        if self.out_dir is not None and (not isinstance(self.out_dir, str) or not self.out_dir):
+            raise ConfigError("out_dir", f"must be a folder path or null, got {self.out_dir!r}", self.out_dir)
+        for name, cls in _SECTIONS.items():
+            if not isinstance(getattr(self, name), cls):
+                raise ConfigError(name, f"must be a {cls.__name__}, got {getattr(self, name)!r}")
 
 
 _SECTIONS = {"model": ModelConfig, "data": DataConfig, "train": TrainConfig, "lsp": LSPConfig}
 
 
+# fields that never change what a resumed run trains (more steps, logging, cadence, threads, placement)
+RESUME_FREE = ("out_dir", "device", "train.method", "train.steps", "train.progress", "train.threads",
+               "train.eval_every", "train.checkpoint_every", "train.resume_allow_changes", "lsp.adam_threads",
+               "lsp.overlap", "model.gradient_checkpointing")
+_METHOD_FIELDS = {"lsp": ("lsp.",), "lora": ("train.lora_",), "galore": ("train.galore_",)}
+
+
+def resume_field(name: str) -> str:
+    """``lr`` -> ``train.lr``; dotted names stay."""
+    return name if "." in name else f"train.{name}"
+
+
+def _all_fields() -> set[str]:
+    return {f"{s}.{f.name}" for s, cls in _SECTIONS.items() for f in dataclasses.fields(cls)} | {"out_dir", "device"}
+
+
+def flat_config(cfg: RunConfig) -> dict[str, Any]:
+    """``{"train.lr": 0.01, ...}`` — what a checkpoint stores to compare a resumed run's settings with."""
+    out: dict[str, Any] = {"out_dir": cfg.out_dir, "device": cfg.device}
+    for s in _SECTIONS:
+        out.update({f"{s}.{k}": v for k, v in dataclasses.asdict(getattr(cfg, s)).items()})
+    return out
+
+
+def resume_changes(saved: Mapping[str, Any], cfg: RunConfig) -> list[tuple[str, Any, Any]]:
+    """(field, checkpoint's value, this run's value) for every setting that changes training and is not allowed by
+    ``train.resume_allow_changes``; fields of methods other than this run's are ignored."""
+    allowed = {resume_field(n) for n in cfg.train.resume_allow_changes}
+    other = [p for m, ps in _METHOD_FIELDS.items() if m != cfg.train.method for p in ps]
+    now = flat_config(cfg)
+    return [(k, saved[k], v) for k, v in now.items()
+            if k in saved and saved[k] != v and k not in RESUME_FREE and k not in allowed
+            and not any(k.startswith(p) for p in other)]
+
+
 def _section(cls: type, data: Any, path: str) -> Any:
     if data is None:
         return cls()
-    if dataclasses.is_dataclass(data):
+    if isinstance(data, cls):
         return data
     if not isinstance(data, Mapping):
         raise ConfigError(path, f"must be a mapping, got {data!r}", data)
     names = {f.name for f in dataclasses.fields(cls)}
     for k in data:
         if k not in names:
-            raise ConfigError(f"{path}.{k}", f"unknown field (expected one of: {', '.join(sorted(names))})", data[k])
+            raise ConfigError(f"{path}.{_key(k)}", f"unknown field (expected one of: {', '.join(sorted(names))})",
+                              data[k])
     kw = {k: (tuple(v) if isinstance(v, list) else v) for k, v in data.items()}
     return cls(**kw)
 
 
 def from_dict(d: Mapping[str, Any] | None) -> RunConfig:
     """A validated :class:`RunConfig` from a plain (or OmegaConf) mapping; unknown keys are errors."""
-    d = dict(_plain(d) or {})
+    d = _plain(d)
+    if d is not None and not isinstance(d, Mapping):
+        raise ConfigError("config", f"must be a mapping of sections (model, data, train, lsp, ...), got {d!r}", d)
+    d = dict(d or {})
     top = {"out_dir", "device", *_SECTIONS}
     for k in d:
         if k not in top:
-            raise ConfigError(k, f"unknown field (expected one of: {', '.join(sorted(top))})", d[k])
+            raise ConfigError(_key(k), f"unknown field (expected one of: {', '.join(sorted(top))})", d[k])
     kw = {k: _section(cls, d.get(k), k) for k, cls in _SECTIONS.items()}
     return RunConfig(**kw, out_dir=d.get("out_dir"), device=d.get("device", "auto"))
+
+
+def _key(k: Any) -> str:
+    """A key as a field path part: names as they are, anything else quoted (``''``, ``1``)."""
+    return k if isinstance(k, str) and k.isidentifier() else repr(k)
 
 
 def _plain(x: Any) -> Any:

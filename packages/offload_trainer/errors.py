@@ -29,3 +29,8 @@ class NonFiniteGradientError(OffloadError):
 
 class PlannerError(OffloadError):
     """The memory/time planner got an unusable model spec or hardware preset (``path`` names the field)."""
+
+
+class CheckpointError(OffloadError):
+    """A checkpoint cannot be read or does not fit the model (``path`` is the file); the message names an older
+    good checkpoint of the same folder when there is one."""

@@ -18,9 +18,9 @@ import warnings
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
-from .config import RunConfig
+from .config import RunConfig, flat_config, resume_changes
 from .data import Splits, batch_indices, load_splits
-from .errors import ModelError, NonFiniteGradientError
+from .errors import CheckpointError, ConfigError, ModelError, NonFiniteGradientError
 from .lsp_linear import find_target_linears, linear_weight, wrap_model
 from .models import build_model, head_parameters, is_classifier
 
@@ -70,6 +70,8 @@ class Trainer:
             if hasattr(self.model.config, "use_cache"):
                 self.model.config.use_cache = False
         self.model.train()
+        if cfg.out_dir:
+            remove_stale_temps(cfg.out_dir)
         if resume and cfg.out_dir and os.path.isfile(os.path.join(cfg.out_dir, CHECKPOINT)):
             self.load_checkpoint(os.path.join(cfg.out_dir, CHECKPOINT))
         elif self.method == "lsp" and cfg.lsp.initial_fit:
@@ -358,12 +360,14 @@ class Trainer:
         import torch
 
         path = path or os.path.join(self.cfg.out_dir, CHECKPOINT)
+        remove_stale_temps(os.path.dirname(os.path.abspath(path)), os.path.basename(path))
         if self.scheduler is not None:
             self.scheduler.flush()
         if self._zero is not None:
             self._zero.flush()
         state: dict[str, Any] = {"step": self.step, "method": self.method, "weights": self._trainable_state(),
-                                 "history": self.history, "refits": self.refits, "rng": torch.get_rng_state()}
+                                 "history": self.history, "refits": self.refits, "rng": torch.get_rng_state(),
+                                 "config": flat_config(self.cfg)}
         if self.opt is not None:
             state["opt"] = self.opt.state_dict()
         if self.scheduler is not None:
@@ -378,20 +382,56 @@ class Trainer:
         return path
 
     def load_checkpoint(self, path: str) -> None:
-        import torch
-
-        state = torch.load(path, map_location="cpu", weights_only=False)
+        """Continue from ``path``: refuses settings that differ from the checkpoint's and change training (unless
+        ``train.resume_allow_changes`` lists them) and names the file when it is unreadable or does not fit."""
+        state = read_checkpoint(path, self._fits)
+        if not isinstance(state, dict) or "weights" not in state:
+            raise CheckpointError(path, f"is not a checkpoint of this trainer{older_checkpoint_hint(path, self._fits)}")
         if state.get("method") != self.method:
             raise ModelError("train.method", f"checkpoint {path} was written by method {state.get('method')!r}",
                              self.method)
+        saved = state.get("config")
+        changes = resume_changes(saved if isinstance(saved, dict) else {}, self.cfg)
+        if changes:
+            diff = ", ".join(f"{k}: {old!r} -> {new!r}" for k, old, new in changes)
+            names = ", ".join(k[6:] if k.startswith("train.") else k for k, _, _ in changes)
+            raise ConfigError(changes[0][0], f"differs from checkpoint {path} ({diff}); resume with the checkpoint's "
+                              f"values, use a new out_dir, or allow it: train.resume_allow_changes: [{names}]",
+                              changes[0][2])
+        bad = self._fits(state)
+        if bad:
+            raise CheckpointError(path, f"does not fit this model: {bad}{older_checkpoint_hint(path, self._fits)}")
+        try:
+            self._restore(state)
+        except (KeyError, IndexError, TypeError, ValueError, RuntimeError) as e:
+            raise CheckpointError(path, f"cannot be restored ({type(e).__name__}: {e})"
+                                        f"{older_checkpoint_hint(path, self._fits)}") from None
+
+    def _fits(self, state: Any) -> str:
+        """Why ``state`` is no checkpoint of this model ('' if it is one)."""
+        if not isinstance(state, dict) or not {"step", "weights", "history", "rng"} <= set(state):
+            return "not a checkpoint of this trainer (no step/weights/history/rng)"
+        if state.get("method") != self.method:
+            return f"written by method {state.get('method')!r}, this run is {self.method!r}"
+        params = dict(self.model.named_parameters())
+        for n, t in state["weights"].items():
+            if n not in params:
+                return f"no parameter {n} in the model"
+            if tuple(t.shape) != tuple(params[n].shape):
+                return (f"weights.{n} has shape {tuple(t.shape)}, the model's is {tuple(params[n].shape)} "
+                        "(a checkpoint of another model size?)")
+        return ""
+
+    def _restore(self, state: dict) -> None:
+        import torch
+
         params = dict(self.model.named_parameters())
         with torch.no_grad():
             for n, t in state["weights"].items():
-                if n not in params:
-                    raise ModelError(f"checkpoint.weights.{n}", f"no such parameter in the model ({path})")
                 params[n].copy_(t.to(params[n].device))
         if self.opt is not None and "opt" in state:
             self.opt.load_state_dict(state["opt"])
+            self._apply_hparams()
         if self.scheduler is not None:
             self.scheduler.load_state_dict(state["lsp"]["sched"])
             for lay, (p, q) in zip(self.layers, state["lsp"]["proj"]):
@@ -403,6 +443,54 @@ class Trainer:
         self.history = list(state["history"])
         self.refits = int(state.get("refits", 0))
         torch.set_rng_state(state["rng"])
+
+    def _apply_hparams(self) -> None:
+        # a loaded optimizer state carries the checkpoint's hyper-parameters: this run's (allowed) values win
+        tc = self.cfg.train
+        for g in self.opt.param_groups:
+            g.update(lr=tc.lr, betas=tc.betas, eps=tc.eps)
+            if "rank" in g:
+                g.update(rank=tc.galore_rank, update_proj_gap=tc.galore_update_gap, scale=tc.galore_scale)
+
+
+def remove_stale_temps(folder: str, *names: str) -> list[str]:
+    """Temp files that an interrupted write of the trainer's outputs (``names``, default the checkpoint,
+    metrics.csv, loss.png) left in ``folder``, removed (:func:`shared_ir.atomic.remove_stale_temps`)."""
+    from shared_ir.atomic import remove_stale_temps as remove
+
+    return remove(folder, names or (CHECKPOINT, "metrics.csv", "loss.png"))
+
+
+def read_checkpoint(path: str, fits=None) -> Any:
+    """The checkpoint at ``path``; :class:`CheckpointError` naming the file (and an older good checkpoint of the
+    same folder that ``fits`` accepts) when it cannot be read."""
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=False)
+    except Exception as e:  # truncated zip, empty file, garbage: torch raises many kinds
+        raise CheckpointError(path, f"cannot be read ({type(e).__name__}: {e}); the file is damaged or no torch "
+                                    f"checkpoint{older_checkpoint_hint(path, fits)}") from None
+
+
+def older_checkpoint_hint(path: str, fits=None) -> str:
+    """'; resume from X ...' naming the newest other ``*.pt`` of the folder that loads (and ``fits``), or ''."""
+    import torch
+
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        cands = [os.path.join(folder, f) for f in os.listdir(folder) if f.endswith(".pt") and not f.startswith(".")]
+    except OSError:
+        return ""
+    cands = [c for c in cands if os.path.abspath(c) != os.path.abspath(path)]
+    for c in sorted(cands, key=os.path.getmtime, reverse=True):
+        try:
+            state = torch.load(c, map_location="cpu", weights_only=False)
+        except Exception:
+            continue
+        if isinstance(state, dict) and "step" in state and (fits is None or not fits(state)):
+            return f"; {c} (step {state['step']}) is a good checkpoint: move it to {path} to resume from it"
+    return ""
 
 
 class _ZeroOffload:
@@ -545,4 +633,4 @@ def run(cfg: RunConfig, **kw) -> dict[str, Any]:
         tr.close()
 
 
-__all__ = ["Trainer", "run", "plot_losses", "CHECKPOINT", "linear_weight"]
+__all__ = ["Trainer", "run", "plot_losses", "CHECKPOINT", "linear_weight", "read_checkpoint", "remove_stale_temps"]
