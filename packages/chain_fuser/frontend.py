@@ -213,8 +213,8 @@ def measure_vs_eager(spec, kernel, use_cache: bool = True, repeat: int = 7) -> t
     key = cache.entry_key("vs_eager_warm", spec.key, plan_signature(kernel.plan), kernel.fused,
                           cache.hardware_key(), _CODEGEN_VERSION, *extra)
     saved = cache.load_json(key) if use_cache else None
-    if saved is not None:
-        return saved["fused_ms"], saved["eager_ms"]
+    if isinstance(saved, dict) and all(isinstance(saved.get(k), (int, float)) for k in ("fused_ms", "eager_ms")):
+        return saved["fused_ms"], saved["eager_ms"]  # (a record of another structure is measured again)
     ins = random_inputs(spec)
     ms = time_interleaved({"fused": lambda: kernel(*ins), "eager": lambda: reference(spec, *ins)}, repeat, 0.2)
     if use_cache:
