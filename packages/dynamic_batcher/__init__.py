@@ -6,14 +6,22 @@ heuristic, no batching, exact search), plans block memory with PQ-trees and runs
 Light to import: torch is imported inside functions.
 """
 from .batcher import Batcher, format_report
-from .errors import BatcherError, ConfigError, CycleError, PolicyFileError, PQInfeasible, ShapeMismatchError
+from .errors import (
+                     BatcherError,
+                     ConfigError,
+                     CycleError,
+                     InstanceError,
+                     PolicyFileError,
+                     PQInfeasible,
+                     ShapeMismatchError,
+)
 from .graph import DynGraph, GraphView, graph_from_spec
 from .ir import Block, Eager, Model, Ops, Param, Value
 from .policies import DYNET_BASELINES, POLICIES, Policy, make_policy
 from .pqtree import PQTree, consecutive_ones_order
 from .rl import FSMPolicy, QConfig, train_fsm
 
-__all__ = ["Batcher", "format_report", "BatcherError", "ConfigError", "CycleError", "PolicyFileError",
+__all__ = ["Batcher", "format_report", "BatcherError", "ConfigError", "CycleError", "InstanceError", "PolicyFileError",
            "PQInfeasible", "ShapeMismatchError", "DynGraph", "GraphView", "graph_from_spec", "Block", "Eager",
            "Model", "Ops", "Param", "Value", "DYNET_BASELINES", "POLICIES", "Policy", "make_policy", "PQTree",
            "consecutive_ones_order", "FSMPolicy", "QConfig", "train_fsm"]

@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from .errors import BatcherError
+from .errors import BatcherError, ConfigError, InstanceError, ShapeMismatchError
 from .executor import BlockPlan, ExecPlan, ExecStats, execute
 from .graph import DynGraph
 from .ir import KIND_TO_IR, Block, Model, Ops, Value, _label
-from .policies import Policy, check_schedule, make_policy
+from .policies import POLICIES, Policy, check_schedule, make_policy
 
 CLOCK = [time.perf_counter]  # phase timer; the benchmark may switch it to process CPU time
 
@@ -68,11 +68,11 @@ class Batcher(Ops):
     def __init__(self, model: Model, policy: str | Policy = "typewise_lb", blocks: str = "block",
                  layout: str = "pq", cache: bool = True, check: bool = False, cache_size: int = 64):
         if blocks not in ("block", "inline"):
-            raise BatcherError(f"batcher.blocks: must be 'block' or 'inline', got {blocks!r}")
+            raise ConfigError("batcher.blocks", f"must be 'block' or 'inline', got {blocks!r}")
         if layout not in ("pq", "dynet"):
-            raise BatcherError(f"batcher.layout: must be 'pq' or 'dynet', got {layout!r}")
+            raise ConfigError("batcher.layout", f"must be 'pq' or 'dynet', got {layout!r}")
         self.model = model
-        self.policy: Policy = make_policy(policy) if isinstance(policy, str) else policy
+        self.policy: Policy = _policy(policy)
         self.blocks = blocks
         self.layout = layout
         self.cache_on = cache
@@ -85,6 +85,9 @@ class Batcher(Ops):
         self.last_schedule: list[list[int]] | None = None
         self.last_graph: DynGraph | None = None
         self._used_blocks: set = set()
+        self._block_names: dict[str, Block] = {}
+        self.failures: list[BatcherError] = []
+        """One error per failed node of the last flush (the instances it names); their values raise it."""
         self._new_graph()
 
     def _new_graph(self) -> None:
@@ -115,8 +118,26 @@ class Batcher(Ops):
         if self.blocks == "inline":
             outs = block.fn(self, *args)
             return tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+        seen = self._block_names.setdefault(block.name, block)
+        if seen is not block:
+            self._block_clash(block, seen)
         self._used_blocks.add(block)
         return super()._call_block(block, args, label)
+
+    def _block_clash(self, block: Block, seen: Block) -> None:
+        # block plans and batching signatures know a block by its name: a second block of that name would run
+        # with the first one's plan (wrong shapes or silently wrong weights)
+        node = _label("block", self.g.n, (), f"<{block.name}>")
+
+        def desc(b: Block) -> str:
+            return f"block {b.name} of model {b.model.name} (inputs {b.input_shapes}, outputs " \
+                   f"{[list(s) for s in b.output_shapes]})"
+
+        msg = (f"{desc(block)} is not the {desc(seen)} this batcher already runs; blocks are told apart by name, "
+               "so give them different names or use one batcher per model")
+        if (block.input_shapes, block.output_shapes) != (seen.input_shapes, seen.output_shapes):
+            raise ShapeMismatchError(node, msg)
+        raise BatcherError(f"node {node}: {msg}")
 
     # --- results --------------------------------------------------------------------------------------------
     def materialize(self, v: Value):
@@ -126,7 +147,13 @@ class Batcher(Ops):
             self.flush()
         res = v.g.results
         if res is None:
+            err = v.g.error
+            if err is not None:
+                raise BatcherError(f"value {v!r}: the flush of its graph failed: {type(err).__name__}: {err}") \
+                    from err
             raise BatcherError(f"value {v!r} was never computed")
+        if v.g.failed and v.node in v.g.failed:
+            raise _failure(v.g, v.node)
         store, loc_b, loc_r = res
         t = store[int(loc_b[v.node])][v.out][int(loc_r[v.node])]  # locations may be numpy arrays
         v._t = t
@@ -142,8 +169,17 @@ class Batcher(Ops):
         # the cyclic collector is paused during a flush (every policy alike): a flush allocates few Python objects,
         # and a collection triggered inside it is paid for the recording's garbage; it runs at the next
         # allocations instead (end-to-end times include it either way)
+        g = self.g
         with gc_paused():
-            self._flush()
+            try:
+                self._flush()
+            except Exception as e:
+                # the pending graph is dropped: its values raise this error, later recordings start afresh
+                g.error = e
+                if self.g is g:
+                    self._new_graph()
+                self._used_blocks = set()
+                raise
 
     def _flush(self) -> None:
         g = self.g
@@ -177,9 +213,12 @@ class Batcher(Ops):
                 self.block_plans[b.name] = BlockPlan(b, self.layout)
         self._used_blocks = set()
         t3 = CLOCK[0]()
-        store = execute(g, plan, self.block_plans, self.stats)
+        store = execute(g, plan, self.block_plans, self.stats, g.failed)
         t4 = CLOCK[0]()
         g.results = (store, plan.loc_b, plan.loc_r)
+        if g.failed:
+            _name_instances(g)
+        self.failures = [_failure(g, v) for v in sorted(g.failed) if g.failed[v][0] == v]
         self.times.sched_s += t1 - t0
         self.times.plan_s += (t2 - t1) + (t3 - t2)
         self.times.exec_s += t4 - t3
@@ -229,6 +268,43 @@ class Batcher(Ops):
             return {}
         return {"nodes": g.n, "batches": len(b), "lower_bound": g.view().lower_bound(),
                 "types": [r.__dict__ for r in self.report()]}
+
+
+def _policy(policy: Any) -> Policy:
+    if isinstance(policy, str):
+        if policy not in POLICIES:
+            raise ConfigError("batcher.policy", f"unknown policy {policy!r}; expected one of {sorted(POLICIES)} "
+                                                "or a Policy object (e.g. a trained FSMPolicy)")
+        return make_policy(policy)
+    if not callable(getattr(policy, "schedule", None)):
+        raise ConfigError("batcher.policy", f"must be a policy name or a Policy object, got "
+                                            f"{type(policy).__name__}")
+    return policy
+
+
+def _name_instances(g: DynGraph) -> None:
+    """Add to each failed node the index of the instance that raised: its weakly connected component, in
+    recording order (components come ordered by their first node)."""
+    roots = {r for r, _ in g.failed.values()}
+    inst = {}
+    for c, nodes in enumerate(g.view().components()):
+        for u in roots.intersection(nodes):
+            inst[u] = c
+    g.failed = {v: (r, e, inst[r]) for v, (r, e) in g.failed.items()}
+
+
+def _failure(g: DynGraph, v: int) -> BatcherError:
+    """The error that reading node ``v`` of a flush where its instance failed raises."""
+    root, cause, inst = g.failed[v]
+    via = "" if v == root else f"; node {g.label(v)} depends on it"
+    if isinstance(cause, ShapeMismatchError):
+        err: BatcherError = ShapeMismatchError(cause.node, f"instance {inst}: {cause.message}{via}")
+    else:
+        kind = g.kind[root]
+        op = f"custom op {dict(g.attrs[root]).get('fn', kind)!r}" if kind == "custom" else f"{kind} op"
+        err = InstanceError(inst, g.label(root), op, f"{type(cause).__name__}: {cause}{via}")
+    err.__cause__ = cause
+    return err
 
 
 def format_report(reps: list[TypeReport]) -> str:

@@ -20,7 +20,19 @@ class ShapeMismatchError(BatcherError):
 
     def __init__(self, node: str, message: str):
         self.node = node
+        self.message = message
         super().__init__(f"node {node}: {message}")
+
+
+class InstanceError(BatcherError):
+    """One instance of a minibatch failed: ``instance`` (its index, in recording order), ``node`` (the node that
+    raised) and ``op`` (its op); ``__cause__`` is the original error. The other instances are unaffected."""
+
+    def __init__(self, instance: int, node: str, op: str, message: str):
+        self.instance = instance
+        self.node = node
+        self.op = op
+        super().__init__(f"instance {instance}: node {node} ({op}) failed: {message}")
 
 
 class PolicyFileError(BatcherError):

@@ -1,12 +1,13 @@
 """Batched execution with PyTorch kernels: static-block plans and the dynamic-graph executor.
 
-Static block (:class:`BlockPlan`): the block body's nodes are batched among themselves (exact search on the
-per-type critical path; linear ops of equal shapes with different weights run as one ``bmm`` over weights stacked
-once at plan time), laid out in per-shape arenas ``[slots, k, *shape]`` (k = instances in the block batch) by the
-DyNet or the PQ-tree planner, and executed with views where an argument set is contiguous and in order, gathers
-(``index_select``) elsewhere. Dynamic graph (:class:`ExecPlan`): each batch's outputs are one tensor ``(k, ...)``
-in batch order (the DyNet layout); argument sets that are one contiguous run of one batch are views, others are
-concatenated from runs (a gather). Every copy is counted in :class:`ExecStats`.
+Static block (:class:`BlockPlan`): the block body's nodes are batched among themselves (exact search on the per-type
+critical path; linear ops of equal shapes with different weights run as one ``bmm`` over weights stacked once, again
+after an in-place update), laid out in per-shape arenas ``[slots, k, *shape]`` (k = instances in the block batch) by
+the DyNet or the PQ-tree planner, and executed with views where an argument set is contiguous and in order, gathers
+(``index_select``) elsewhere. Dynamic graph (:class:`ExecPlan`): each batch's outputs are one tensor ``(k, ...)`` in
+batch order (the DyNet layout); argument sets that are one contiguous run of one batch are views, others are
+concatenated from runs (a gather). Every copy is counted in :class:`ExecStats`. When autograd must see a block (grad
+mode on, a weight or an input requiring grad) it runs out of place instead (:meth:`BlockPlan._run_grad`).
 """
 from __future__ import annotations
 
@@ -99,6 +100,10 @@ class BlockPlan:
         self.stage = [(in_index[v], cid[cls[v]], lay.pos[v], math.prod(cls[v]) * F32) for v in sorted(staged)]
         self.outputs = [(cid[cls[o]], lay.pos[o]) for o in T.outputs]
         self.n_internal = len(comp)
+        self.wparams = [st[4] for st in self.steps]
+        self.params = list({id(p): p for n in nodes for p in n.params}.values())
+        self._wstate: tuple = ()
+        self.weights: list = []
 
     def _schedule(self, nodes, comp: list[int], max_states: int) -> list[list[int]]:
         """The block's internal batches: the exact optimum when small enough, else the type-wise heuristic."""
@@ -182,34 +187,64 @@ class BlockPlan:
             out = ("view", oc, ps[0], m, 0)
         else:
             out = ("scatter", oc, torch.tensor(ps), m, m * math.prod(rep.shape) * F32)
-        return rep.kind, dict(rep.attrs), args, out, self._weights(nodes, rep, order), rep.shape
+        return rep.kind, dict(rep.attrs), args, out, self._weight_params(nodes, rep, order), rep.shape
 
     @staticmethod
-    def _weights(nodes, rep, order: list[int]):
-        """The linear weights (and biases) of the batch, stacked once; None for other kinds."""
-        import torch
-
+    def _weight_params(nodes, rep, order: list[int]):
+        """The Params of a linear batch: (weights, biases or None, vector op?); None for other kinds."""
         if rep.kind != "linear":
             return None
-        ws = [nodes[o].params[0].tensor for o in order]
-        if len(rep.shape) == 1:
-            W = torch.stack([w.t() for w in ws]).contiguous()  # (m, in, out), stacked once
+        bias = [nodes[o].params[1] for o in order] if len(rep.params) > 1 else None
+        return [nodes[o].params[0] for o in order], bias, len(rep.shape) == 1
+
+    @staticmethod
+    def _stack(wp):
+        """The batch's weights (and biases) stacked into one tensor each (differentiable when they need grad)."""
+        import torch
+
+        if wp is None:
+            return None
+        ws, bs, vec = wp
+        if vec:
+            W = torch.stack([p.tensor.t() for p in ws])  # (m, in, out)
         else:
-            W = torch.stack(ws).unsqueeze(1).contiguous()  # (m, 1, out, in)
-        bias = None
-        if len(rep.params) > 1:
-            bias = torch.stack([nodes[o].params[1].tensor for o in order]).unsqueeze(1).contiguous()
+            W = torch.stack([p.tensor for p in ws]).unsqueeze(1)  # (m, 1, out, in)
+        bias = None if bs is None else torch.stack([p.tensor for p in bs]).unsqueeze(1)
         return W, bias
+
+    def _weight_state(self) -> tuple:
+        # identity + in-place version of every weight: an optimizer step bumps the version
+        return tuple((id(p.tensor), p.tensor._version) for p in self.params)
+
+    def _fresh_weights(self) -> None:
+        """Restack the inference path's weights when a parameter changed since they were stacked."""
+        import torch
+
+        state = self._weight_state()
+        if state != self._wstate:
+            with torch.no_grad():
+                self.weights = [self._stack(wp) for wp in self.wparams]
+            self._wstate = state
+
+    def needs_grad(self, inputs: list) -> bool:
+        """Whether autograd must see this run: grad mode on and a weight or an input requires grad."""
+        import torch
+
+        return torch.is_grad_enabled() and (any(p.tensor.requires_grad for p in self.params)
+                                            or any(x.requires_grad for x in inputs))
 
     def run(self, inputs: list, stats: ExecStats) -> list:
         import torch
 
+        if self.needs_grad(inputs):
+            return self._run_grad(inputs, stats)
+        self._fresh_weights()
         k = inputs[0].shape[0]
         ar = [torch.empty((s, k) + shp) for s, shp in zip(self.sizes, self.class_shapes)]
         for i, c, p, nb in self.stage:
             ar[c][p].copy_(inputs[i])
             stats.staged_bytes += nb * k
-        for kind, attrs, args, out, W, shape in self.steps:
+        for (kind, attrs, args, out, _, shape), W in zip(self.steps, self.weights):
             xs = []
             for a in args:
                 t = a[0]
@@ -237,6 +272,75 @@ class BlockPlan:
                 stats.block_gathers += 1
                 stats.block_gather_bytes += out[4] * k
         return [ar[c][p] for c, p in self.outputs]
+
+    def _run_grad(self, inputs: list, stats: ExecStats) -> list:
+        """The same schedule with out-of-place ops (autograd cannot record ``out=`` writes): each arena slot
+        refers to (tensor, row) of the kernel output that produced it; a run of rows of one output is a view,
+        anything else is stacked."""
+        k = inputs[0].shape[0]
+        slots: list[list] = [[None] * s for s in self.sizes]
+        for i, c, p, _ in self.stage:
+            slots[c][p] = (inputs[i].unsqueeze(0), 0)
+        for kind, attrs, args, out, wp, _ in self.steps:
+            xs = []
+            for a in args:
+                t = a[0]
+                if t == "ext":
+                    x = inputs[a[1]].unsqueeze(0)
+                    xs.append(x.expand((a[2],) + tuple(x.shape[1:])) if a[2] > 1 else x)
+                elif t == "bcast":
+                    x = _rows(slots[a[1]], [a[2]])
+                    xs.append(x.expand((a[3],) + tuple(x.shape[1:])) if a[3] > 1 else x)
+                elif t == "view":
+                    xs.append(_rows(slots[a[1]], range(a[2], a[2] + a[3])))
+                else:
+                    xs.append(_rows(slots[a[1]], a[2].tolist()))
+                    stats.block_gathers += 1
+                    stats.block_gather_bytes += a[4] * k
+            y = _block_op(kind, attrs, xs, self._stack(wp))
+            stats.kernels += 1
+            ps = range(out[2], out[2] + out[3]) if out[0] == "view" else out[2].tolist()
+            sl = slots[out[1]]
+            for r, p in enumerate(ps):
+                sl[p] = (y, r)
+        return [_rows(slots[c], [p])[0] for c, p in self.outputs]
+
+
+def _rows(slots: list, ps) -> Any:
+    """Slots ``ps`` as one (len(ps), k, ...) tensor: a view when they are consecutive rows of one output."""
+    import torch
+
+    t0, r0 = slots[ps[0]]
+    if all(slots[p][0] is t0 and slots[p][1] == r0 + i for i, p in enumerate(ps)):
+        return t0[r0:r0 + len(ps)]
+    return torch.stack([slots[p][0][slots[p][1]] for p in ps])
+
+
+def _block_op(kind: str, attrs: dict, xs: list, W: Any) -> Any:
+    """Out-of-place twin of :func:`_block_kernel` (differentiable)."""
+    import torch
+
+    if kind == "linear":
+        w, b = W
+        x = xs[0]
+        if x.dim() == 3:  # vectors: (m, k, in) @ (m, in, out)
+            return torch.bmm(x, w) if b is None else torch.baddbmm(b, x, w)
+        return torch.matmul(w, x)  # matrices: (m, 1, out, in) @ (m, k, in, n)
+    if kind in ("add", "sub", "mul"):
+        return getattr(torch, kind)(xs[0], xs[1])
+    if kind == "scale":
+        return xs[0] * attrs["s"]
+    if kind in ("tanh", "sigmoid", "relu"):
+        return getattr(torch, kind)(xs[0])
+    if kind == "concat":
+        return torch.cat(xs, dim=2)
+    if kind == "matmul":
+        if xs[1].dim() == xs[0].dim():
+            return torch.matmul(xs[0], xs[1])
+        return torch.matmul(xs[0], xs[1].unsqueeze(-1)).squeeze(-1)
+    if kind == "log_softmax":
+        return torch.log_softmax(xs[0], dim=-1)
+    raise BatcherError(f"no block kernel for op kind {kind!r}")
 
 
 def _block_kernel(kind: str, attrs: dict, xs: list, W: Any, o: Any) -> None:
@@ -495,73 +599,104 @@ def _resolve_vectorized(g: DynGraph, batches: list[list[int]], lens: Any, flat: 
     return steps
 
 
-def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stats: ExecStats) -> list:
-    """Run every batch; returns the per-batch output tensors (list of lists of (k, *shape) tensors)."""
+def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stats: ExecStats,
+            failed: dict | None = None) -> list:
+    """Run every batch; returns the per-batch output tensors (list of lists of (k, *shape) tensors).
+
+    With ``failed`` (a dict) a batch that raises does not stop the others: its outputs are zeros and each of its
+    nodes, and every node downstream of them, maps to (the node that raised, the error) in ``failed``. Batched
+    ops are row-wise, so the other instances' rows of later batches stay exact. Without it the error propagates.
+    """
     import torch
-    import torch.nn.functional as F
 
     store: list = [None] * len(plan.batches)
-    kinds, params, data, attrs = g.kind, g.params, g.data, g.attrs
+    kinds = g.kind
     batches = plan.batches
     firsts = batches.first() if hasattr(batches, "first") else [b[0] for b in batches]
     for bi, (v0, specs) in enumerate(zip(firsts, plan.steps)):
-        xs = []
-        for s in specs:
-            if s[0] == "view":
-                xs.append(store[s[1]][s[2]][s[3]:s[4]])
-            elif s[0] == "bcast":
-                x = store[s[1]][s[2]][s[3]:s[3] + 1]
-                xs.append(x.expand((s[4],) + tuple(x.shape[1:])))
-            else:
-                xs.append(torch.cat([store[r[0]][r[1]][r[2]:r[3]] for r in s[1]]))
-                stats.gathers += 1
-                stats.gather_bytes += s[2]
-        kind = kinds[v0]
-        if kind == "block":
-            outs = block_plans[data[v0].name].run(xs, stats)
-            store[bi] = outs
+        if failed and v0 in failed and kinds[v0] == "custom":
+            store[bi] = _zeros(g, v0, 1)  # user code never sees the inputs of an instance that already failed
             continue
-        stats.kernels += 1
-        if kind == "lookup":
-            y = params[v0][0].tensor.index_select(0, torch.tensor([data[v] for v in batches[bi]]))
-        elif kind == "constant":
-            y = torch.stack([data[v] for v in batches[bi]])
-        elif kind == "linear":
-            p = params[v0]
-            if xs[0].dim() == 2:
-                y = F.linear(xs[0], p[0].tensor, p[1].tensor if len(p) > 1 else None)
-            else:
-                y = torch.matmul(p[0].tensor, xs[0])
-        elif kind == "matmul":
-            y = torch.bmm(xs[0], xs[1]) if xs[1].dim() == 3 else torch.bmm(xs[0], xs[1].unsqueeze(-1)).squeeze(-1)
-        elif kind == "add":
-            y = xs[0] + xs[1]
-        elif kind == "sub":
-            y = xs[0] - xs[1]
-        elif kind == "mul":
-            y = xs[0] * xs[1]
-        elif kind == "scale":
-            y = xs[0] * attrs[v0][0][1]
-        elif kind == "tanh":
-            y = torch.tanh(xs[0])
-        elif kind == "sigmoid":
-            y = torch.sigmoid(xs[0])
-        elif kind == "relu":
-            y = torch.relu(xs[0])
-        elif kind == "log_softmax":
-            y = F.log_softmax(xs[0], dim=-1)
-        elif kind == "concat":
-            y = torch.cat(xs, dim=1)
-        elif kind == "custom":
-            t = data[v0](*[x[0] for x in xs])
-            if tuple(t.shape) != tuple(g.shapes[v0][0]):
-                raise ShapeMismatchError(g.label(v0), f"custom op returned shape {list(t.shape)}, declared "
-                                                      f"{list(g.shapes[v0][0])}")
-            y = t.unsqueeze(0)
-        else:
-            raise BatcherError(f"node {g.label(v0)}: no batched kernel for op kind {kind!r}")
-        store[bi] = [y]
+        try:
+            xs = []
+            for s in specs:
+                if s[0] == "view":
+                    xs.append(store[s[1]][s[2]][s[3]:s[4]])
+                elif s[0] == "bcast":
+                    x = store[s[1]][s[2]][s[3]:s[3] + 1]
+                    xs.append(x.expand((s[4],) + tuple(x.shape[1:])))
+                else:
+                    xs.append(torch.cat([store[r[0]][r[1]][r[2]:r[3]] for r in s[1]]))
+                    stats.gathers += 1
+                    stats.gather_bytes += s[2]
+            if kinds[v0] == "block":
+                store[bi] = block_plans[g.data[v0].name].run(xs, stats)
+                continue
+            stats.kernels += 1
+            store[bi] = [_batch_kernel(g, v0, batches[bi], xs)]
+        except Exception as e:
+            if failed is None:
+                raise
+            nodes = list(batches[bi])
+            store[bi] = _zeros(g, v0, len(nodes))
+            _poison(g, nodes, e, failed)
     return store
+
+
+def _zeros(g: DynGraph, v: int, k: int) -> list:
+    import torch
+
+    return [torch.zeros((k,) + tuple(s)) for s in g.shapes[v]]
+
+
+def _poison(g: DynGraph, nodes: list[int], err: BaseException, failed: dict) -> None:
+    """Map ``nodes`` and everything downstream of them to (the node that raised, ``err``)."""
+    for v in nodes:
+        if v in failed:
+            continue
+        failed[v] = (v, err)
+        stack = list(g.succ[v])
+        while stack:
+            u = stack.pop()
+            if u not in failed:
+                failed[u] = (v, err)
+                stack.extend(g.succ[u])
+
+
+def _batch_kernel(g: DynGraph, v0: int, batch, xs: list):
+    """One batched op of the dynamic graph (not a block) on its gathered arguments: a (k, *shape) tensor."""
+    import torch
+    import torch.nn.functional as F
+
+    kind, data = g.kind[v0], g.data
+    if kind == "lookup":
+        return g.params[v0][0].tensor.index_select(0, torch.tensor([data[v] for v in batch]))
+    if kind == "constant":
+        return torch.stack([data[v] for v in batch])
+    if kind == "linear":
+        p = g.params[v0]
+        if xs[0].dim() == 2:
+            return F.linear(xs[0], p[0].tensor, p[1].tensor if len(p) > 1 else None)
+        return torch.matmul(p[0].tensor, xs[0])
+    if kind == "matmul":
+        return torch.bmm(xs[0], xs[1]) if xs[1].dim() == 3 else torch.bmm(xs[0], xs[1].unsqueeze(-1)).squeeze(-1)
+    if kind in ("add", "sub", "mul"):
+        return getattr(torch, kind)(xs[0], xs[1])
+    if kind == "scale":
+        return xs[0] * g.attrs[v0][0][1]
+    if kind in ("tanh", "sigmoid", "relu"):
+        return getattr(torch, kind)(xs[0])
+    if kind == "log_softmax":
+        return F.log_softmax(xs[0], dim=-1)
+    if kind == "concat":
+        return torch.cat(xs, dim=1)
+    if kind == "custom":
+        t = data[v0](*[x[0] for x in xs])
+        if tuple(t.shape) != tuple(g.shapes[v0][0]):
+            raise ShapeMismatchError(g.label(v0), f"custom op returned shape {list(t.shape)}, declared "
+                                                  f"{list(g.shapes[v0][0])}")
+        return t.unsqueeze(0)
+    raise BatcherError(f"node {g.label(v0)}: no batched kernel for op kind {kind!r}")
 
 
 __all__ = ["ExecStats", "BlockPlan", "ExecPlan", "execute"]

@@ -38,6 +38,8 @@ class DynGraph:
         self.sources: list[int] = []  # nodes without arguments (the initial frontier)
         self.indeg: list[int] = []  # distinct argument nodes per node, kept while recording (no pass per flush)
         self.results: Any = None  # set by the executor after a flush
+        self.failed: dict[int, tuple] = {}  # node -> (node that raised, error) of a flush where an instance failed
+        self.error: BaseException | None = None  # why the flush of this graph failed as a whole
         self._frozen: "GraphView | None" = None
         self._np: dict = {}  # numpy forms of type / arity / argflat, built once per flush (shared by sim and planner)
 
@@ -48,12 +50,18 @@ class DynGraph:
     def add(self, kind: str, args: tuple, params: tuple, attrs: tuple, shapes: tuple, data: Any = None,
             label: str = "") -> int:
         i = len(self.kind)
+        sh = self.shapes
+        try:
+            ashapes = tuple([sh[a][o] for a, o in args])
+        except (IndexError, TypeError):
+            ashapes = None
+        if ashapes is None:
+            self._bad_argument(i, kind, args, params, data, label)
         if kind in UNBATCHABLE_KINDS:
             t = 0
         else:
             # signature = op kind + argument shapes + parameter identities + attrs (+ output shapes)
-            sh = self.shapes
-            sig = (kind, params, tuple([sh[a][o] for a, o in args]), attrs, shapes)
+            sig = (kind, params, ashapes, attrs, shapes)
             t = self.sig_to_type.get(sig)
             if t is None:
                 t = len(self.type_sig)
@@ -85,6 +93,23 @@ class DynGraph:
             self._frozen = None
             self._np = {}
         return i
+
+    def _bad_argument(self, i: int, kind: str, args: tuple, params: tuple, data: Any, label: str) -> None:
+        """Raise for the first argument of a node-to-be that is not an output of an earlier node."""
+        from .ir import _label
+
+        name = label or _label(kind, i, params, f"<{data.name}>" if kind == "block" else "")
+        for j, ref in enumerate(args):
+            a, o = ref if isinstance(ref, tuple) and len(ref) == 2 else (ref, 0)
+            if a == i:
+                raise CycleError(name, [name])
+            if not isinstance(a, int) or not 0 <= a < i:
+                raise BatcherError(f"node {name}: argument {j} refers to node {a}, which is not an earlier node "
+                                   f"of the graph (arguments are recorded before their users)")
+            if not isinstance(o, int) or not 0 <= o < len(self.shapes[a]):
+                raise BatcherError(f"node {name}: argument {j} refers to output {o} of node {self.label(a)}, "
+                                   f"which has {len(self.shapes[a])} output(s)")
+        raise BatcherError(f"node {name}: malformed arguments {args!r}")
 
     def _np_of(self, name: str, code: str, dtype) -> Any:
         """``self.<name>`` (a list of ints) as numpy, cached until the next node is added; ``array()`` converts a

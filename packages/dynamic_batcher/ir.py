@@ -41,7 +41,7 @@ class Param:
         self.name = name
         """Unique name within the model (``<model>.<param>``); the identity used in batching signatures."""
         self.tensor = tensor
-        """The torch tensor (fp32, no grad)."""
+        """The torch tensor (fp32; set requires_grad to train through the batcher)."""
         self.ir = Tensor(name, tuple(tensor.shape), role=TensorRole.weight)
         """The shared-IR description (shape, bytes)."""
 
