@@ -10,6 +10,7 @@ the answer is always right. A value from an earlier flush used in a later graph 
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -56,6 +57,20 @@ class TypeReport:
     reasons: dict[str, int] = field(default_factory=dict)
 
 
+@contextlib.contextmanager
+def _torch_threads(n: int):
+    import torch
+
+    before = torch.get_num_threads()
+    if before != n:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        if before != n:
+            torch.set_num_threads(before)
+
+
 class Batcher(Ops):
     """Lazy builder + scheduler + executor.
 
@@ -63,10 +78,17 @@ class Batcher(Ops):
     trained :class:`dynamic_batcher.rl.FSMPolicy`). ``blocks``: ``"block"`` keeps static blocks as single nodes
     (ED-Batch), ``"inline"`` records their ops into the dynamic graph (what DyNet sees). ``layout``: ``"pq"`` or
     ``"dynet"`` memory layout inside blocks. ``cache``: reuse schedule + plan for a graph of the same structure.
+    ``threads``: torch's intra-op threads while a flush runs (restored after); None: one. A flush runs thousands
+    of small kernels, where waking an OpenMP team per kernel costs more than it saves (Tree-LSTM, hidden 128, 32
+    trees, 2 cores: 35 ms a minibatch on one thread, 155 ms on two).
     """
 
     def __init__(self, model: Model, policy: str | Policy = "typewise_lb", blocks: str = "block",
-                 layout: str = "pq", cache: bool = True, check: bool = False, cache_size: int = 64):
+                 layout: str = "pq", cache: bool = True, check: bool = False, cache_size: int = 64,
+                 threads: int | None = None):
+        if threads is not None and (not isinstance(threads, int) or isinstance(threads, bool) or threads < 1):
+            raise ConfigError("batcher.threads", f"must be an integer >= 1 or None (one thread), got {threads!r}")
+        self.threads = threads or 1
         if blocks not in ("block", "inline"):
             raise ConfigError("batcher.blocks", f"must be 'block' or 'inline', got {blocks!r}")
         if layout not in ("pq", "dynet"):
@@ -170,7 +192,7 @@ class Batcher(Ops):
         # and a collection triggered inside it is paid for the recording's garbage; it runs at the next
         # allocations instead (end-to-end times include it either way)
         g = self.g
-        with gc_paused():
+        with gc_paused(), _torch_threads(self.threads):
             try:
                 self._flush()
             except Exception as e:

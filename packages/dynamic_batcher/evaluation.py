@@ -63,6 +63,12 @@ CLOCK = ["cpu"]
 PHASES = ("total", "exec", "sched", "policy", "plan", "build")
 
 
+def _threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
 def _graph(wl, mb, blocks: str):
     bt = Batcher(wl.model, blocks=blocks)
     for inst in mb:
@@ -208,7 +214,9 @@ def _batch_counts(wl, mbs, g0, fsms: dict, best_enc: str, held: list, sc: dict, 
 def _variants(wl, fsm, sc: dict) -> tuple[dict, dict]:
     """(timed every round, timed in the first ``slow_repeats`` rounds): name -> batcher factory (None: eager)."""
     def mk(policy, blocks, layout, cache=False):
-        return lambda: Batcher(wl.model, policy=policy, blocks=blocks, layout=layout, cache=cache)
+        # every variant on the run's torch threads (the Batcher's own default is one)
+        return lambda: Batcher(wl.model, policy=policy, blocks=blocks, layout=layout, cache=cache,
+                               threads=_threads())
 
     variants = {
         "fsm_pq": mk(fsm, "block", "pq"),
@@ -325,7 +333,8 @@ def _vs_real_dynet(wl, fsm, hidden: int, batch: int, seed: int, sc: dict) -> dic
         return {"available": False, "reason": f"{wl.name!r} has no DyNet twin (dynamic_batcher.dynet_models)"}
     mbs = dynet_ref.timing_minibatches(wl, seed, batch, n + 1)
     threads = torch.get_num_threads()
-    ours = {"fsm_pq": lambda: Batcher(wl.model, policy=fsm, blocks="block", layout="pq", cache=False),
+    ours = {"fsm_pq": lambda: Batcher(wl.model, policy=fsm, blocks="block", layout="pq", cache=False,
+                                      threads=_threads()),
             "eager_pytorch": lambda: None}
     passes: dict[str, list] = {k: [_fresh_times(wl, f, mbs, True, seed)] for k, f in ours.items()}
     try:

@@ -66,6 +66,7 @@ def test_bench_main_writes_json(tmp_path, capsys):
         assert d["dynet_version"] and w["speedup_vs_real_dynet"] > 0
         assert f"real_dynet_{rd['inference_best_strategy']}" in w["speedup_by_baseline"]
         assert rd["ours_ms"]["fsm_pq"]["inference"]["cpu"] > 0 and rd["ours_ms"]["eager_pytorch"]["train"]["cpu"] > 0
+        assert w["train_speedup_vs_real_dynet"] > 0 and not rd["errors"], rd["errors"]  # training through ours
 
 
 def test_sweep_cross_grid(tmp_path):
