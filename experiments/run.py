@@ -14,6 +14,7 @@ Kept light on purpose: no torch/tvm here, so ``--help`` and config composition s
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import json
@@ -26,14 +27,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import hydra
+from hydra.errors import CompactHydraException
 from omegaconf import DictConfig, OmegaConf
 
 SUMMARY_FILE = "summary.json"
 ERROR_FILE = "error.json"
 
 
-class ExperimentFailed(RuntimeError):
-    """Raised (in multirun) when a task fails; the message is the one-line description."""
+class ExperimentFailed(CompactHydraException, RuntimeError):
+    """Raised (in multirun) when a task fails; the message is the one-line description, which Hydra prints as
+    is (a CompactHydraException) instead of a traceback."""
 
 
 def _jsonable(obj: Any) -> Any:
@@ -186,22 +189,25 @@ def _is_multirun() -> bool:
         return False
 
 
-def _already_done(cfg: DictConfig) -> bool:
-    """Resume hook: True when a results store (``experiments.store``, configured as a Hydra callback) already
-    holds this job as done. No store module or no store callback configured: False, the job runs."""
+@contextlib.contextmanager
+def _claimed(cfg: DictConfig):
+    """Resume hook: yields False when a results store (``experiments.store``, configured as a Hydra callback)
+    holds this job as done or another process is running it (then it is skipped), else True while the job is
+    locked. No store module or no store callback configured: True, the job runs."""
     try:
-        from .store import should_skip
+        from .store import claim_job
     except ImportError:
-        return False
-    return bool(should_skip(cfg))
+        yield True
+        return
+    with claim_job(cfg) as mine:
+        yield mine
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> dict | None:
     try:
-        if _already_done(cfg):
-            return None
-        return run_experiment(cfg)
+        with _claimed(cfg) as mine:
+            return run_experiment(cfg) if mine else None
     except Exception as e:
         if os.environ.get("HYDRA_FULL_ERROR") == "1":
             raise
@@ -210,8 +216,9 @@ def main(cfg: DictConfig) -> dict | None:
         msg = f"experiment {name!r} failed" + (f" in {target}" if isinstance(target, str) else "") + f": {one_line(e)}"
         where = _record_error(e, name)
         if _is_multirun():
-            # a job of a sweep: let the launcher record it as failed instead of killing the worker process
-            raise ExperimentFailed(msg) from None
+            # a job of a sweep: let the launcher record it as failed (the other jobs still run) instead of
+            # killing the worker process; Hydra prints the line, then its own HYDRA_FULL_ERROR hint
+            raise ExperimentFailed(f"error: {msg}" + (f"  [details: {where}]" if where else "")) from None
         print(f"error: {msg}" + (f"  [details: {where}; HYDRA_FULL_ERROR=1 for the traceback]" if where else ""),
               file=sys.stderr)
         sys.exit(1)
@@ -220,5 +227,9 @@ def main(cfg: DictConfig) -> dict | None:
 if __name__ == "__main__":
     from .searchpath import register
 
-    register()
+    try:
+        register()
+    except ValueError as e:  # a hardware=<file> that cannot be read (a HardwareError naming the file)
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(1)
     main()

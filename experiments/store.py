@@ -17,6 +17,8 @@ Used by :mod:`experiments.callbacks` (Hydra callback: each job records itself), 
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -27,7 +29,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 STATUSES = ("running", "done", "failed")
 JOURNAL_MODES = ("wal", "delete", "truncate", "persist")
@@ -40,6 +42,9 @@ ENV_SWEEP = "EXPERIMENTS_SWEEP"
 ENV_RUN_ID = "EXPERIMENTS_RUN_ID"
 ENV_RESUME = "EXPERIMENTS_RESUME"
 CALLBACK_TARGET = "experiments.callbacks.StoreCallback"
+# jobs this process skipped because they ran elsewhere (claim_job): their rows belong to that other run, so
+# finish() leaves them alone (the Hydra callback still reports the skipped job as completed)
+_SKIPPED: set[tuple[str, str, str]] = set()
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -299,6 +304,9 @@ class ResultsStore:
             raise StoreError("error", "is required for a failed job", error)
         if summary is not None and not isinstance(summary, Mapping):
             raise StoreError("summary", f"must be a mapping, got {type(summary).__name__}", summary)
+        if _skip_id(self.path, sweep_id, key) in _SKIPPED:
+            _SKIPPED.discard(_skip_id(self.path, sweep_id, key))
+            return
         now = time.time()
         summ = _dumps(dict(summary)) if summary is not None else None
         ov = _dumps(normalize_overrides(overrides))
@@ -508,7 +516,84 @@ def should_skip(cfg: Any = None, hydra_cfg: Any = None) -> bool:
     return False
 
 
+def _skip_id(db: str | os.PathLike, sweep_id: str, key: str) -> tuple[str, str, str]:
+    return os.path.abspath(db), sweep_id, key
+
+
+def _job_ref(hydra_cfg: Any) -> Optional[tuple[dict, str, list[str], str]]:
+    """``(store settings, experiment, overrides, job key)`` of the current Hydra job when resume applies to it."""
+    try:
+        settings = store_settings(hydra_cfg)
+        if settings is None or not resume_active(settings, hydra_cfg):
+            return None
+        exp, overrides = job_identity(hydra_cfg)
+        return settings, exp, overrides, job_key(exp, overrides)
+    except Exception as e:  # noqa: BLE001 - as in should_skip: a store problem must never stop an experiment
+        print(f"warning: results store not consulted ({type(e).__name__}: {e})", file=sys.stderr)
+        return None
+
+
+def job_lock_path(db: str | os.PathLike, sweep_id: str, key: str) -> Path:
+    """The lock file of one job: ``<db>.locks/<hash of sweep id and job key>.lock``."""
+    h = hashlib.sha256(json.dumps([sweep_id, key]).encode()).hexdigest()[:16]
+    return Path(f"{db}.locks") / f"{h}.lock"
+
+
+def _try_lock(path: Path) -> tuple[Optional[int], str]:
+    """``(fd, "")`` holding an exclusive flock on ``path``; ``(None, holder)`` when another process holds it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 200, 0).decode(errors="replace").strip()
+        os.close(fd)
+        return None, holder or "holder unknown"
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} since {time.ctime()}".encode(), 0)
+    return fd, ""
+
+
+@contextlib.contextmanager
+def claim_job(cfg: Any = None, hydra_cfg: Any = None) -> Iterator[bool]:
+    """The runner's resume hook around one Hydra job: yields False (skip it; a message says why) when the job is
+    already done in the results store or another process is running it — two identical sweeps started together
+    run each job once — else True, holding the job's lock until the block ends.
+
+    The lock is an ``flock`` on :func:`job_lock_path` beside the store: the kernel drops it when its process
+    dies, so a killed job never blocks a rerun (a stale file is simply locked again). Where resume is off (see
+    :func:`should_skip`) it yields True and locks nothing: a job repeated by hand runs."""
+    ref = _job_ref(hydra_cfg)
+    if ref is None:
+        yield True
+        return
+    settings, exp, overrides, key = ref
+    sid = _skip_id(settings["db"], settings["sweep_id"], key)
+    path = job_lock_path(settings["db"], settings["sweep_id"], key)
+    try:
+        fd, holder = _try_lock(path)
+    except OSError as e:
+        print(f"warning: job lock {path} not taken ({e}); the job runs unlocked", file=sys.stderr)
+        fd, holder = -1, ""
+    if fd is None:
+        print(f"skipped: experiment {exp!r} {overrides} is running in another process ({holder}; lock {path})",
+              file=sys.stderr)
+    if fd is None or should_skip(cfg, hydra_cfg):  # checked again under the lock: it may have finished meanwhile
+        _SKIPPED.add(sid)
+        if fd is not None and fd >= 0:
+            os.close(fd)
+        yield False
+        return
+    _SKIPPED.discard(sid)
+    try:
+        yield True
+    finally:
+        if fd >= 0:
+            os.close(fd)
+
+
 __all__ = ["ResultsStore", "JobRow", "StoreError", "job_key", "normalize_overrides", "machine_info",
-           "describe_machine", "should_skip", "resume_active", "job_identity", "store_settings", "resolve_settings",
+           "describe_machine", "should_skip", "claim_job", "job_lock_path",
+           "resume_active", "job_identity", "store_settings", "resolve_settings",
            "STATUSES",
            "DEFAULT_DB", "DEFAULT_SWEEP", "ENV_DB", "ENV_SWEEP", "ENV_RUN_ID", "ENV_RESUME", "CALLBACK_TARGET"]

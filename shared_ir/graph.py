@@ -289,6 +289,8 @@ class Graph:
                 if isinstance(e, ValidationError):
                     raise
                 raise ValidationError(p, str(e)) from None
+        if not d.get("ops"):
+            raise ValidationError(source, "has no ops (an empty graph is a missing or wrong model file)")
         with gc_paused():
             ops = [op_from_dict(o, tensors, f"{source}.ops[{i}]") for i, o in enumerate(d.get("ops", []))]
             return Graph(ops, inputs=d.get("inputs"), outputs=d.get("outputs"), name=d.get("name", "graph"))
@@ -328,8 +330,13 @@ class Graph:
 
     @staticmethod
     def load(path: str) -> "Graph":
-        with open(path) as f:
-            text = f.read()
+        with open(path, "rb") as f:
+            raw = f.read()
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            where = f"byte {raw[e.start]:#04x} at offset {e.start}"
+            raise ValidationError(path, f"not a UTF-8 text file ({where})") from None
         return Graph.from_json(text, path) if path.endswith(".json") else Graph.from_yaml(text, path)
 
     def __eq__(self, other: object) -> bool:

@@ -11,6 +11,7 @@ Load from YAML/JSON/dict/DictConfig with :func:`load_hardware` or by preset name
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -30,6 +31,16 @@ TOPOLOGY_KINDS = ("mesh2d",)
 # Dataflow names: spatial-accelerator styles (soc_mapper/fusion_perf cost models key on these), "spatial" for a
 # Timeloop/TileFlow array whose dataflow is set by the mapping, plus CPU (simd) and GPU (simt) styles.
 DATAFLOWS = ("nvdla", "shidiannao", "tpu", "eyeriss", "systolic", "spatial", "simd", "simt")
+# Versions of the hardware file format this code reads (a file may say which it follows with ``format_version``).
+FORMAT_VERSIONS = (1,)
+# Largest hardware file read: a system takes a few KB, and a huge YAML file parses for minutes.
+MAX_FILE_BYTES = 1 << 20
+# Plausible range per physical field, by field name suffix (first match wins); outside it a value is a typo or a
+# unit slip (1e-300 B/s, 1e308 Hz) that turns roofline times and plot axes into inf/NaN.
+_PLAUSIBLE = (("_bytes_per_s", 1.0, 1e18), ("_hz", 1.0, 1e12), ("capacity_bytes", 1, 2**60),
+              ("peak_flops", 1.0, 1e21), ("_pj", 0.0, 1e9), ("_w", 0.0, 1e7), ("_s", 0.0, 1e4),
+              ("word_bytes", 1, 1024), ("vector_width_bits", 1, 1 << 16))
+_MAX_COUNT = 1 << 32  # counts: instances, cores, PE rows/columns, streams, mesh sizes, MACs per cycle per PE
 # Fallback when shared_ir.op is not importable; the real list is OpKind's values.
 _OP_KINDS_FALLBACK = ("matmul", "linear", "batch_matmul", "conv2d", "elementwise", "softmax", "layernorm",
                       "reduce", "pool", "embedding", "view", "concat")
@@ -73,6 +84,13 @@ def _positive(obj: Any, name: str, allow_zero: bool = False) -> None:
         return
     if not math.isfinite(v) or (v < 0 if allow_zero else v <= 0):
         raise HardwareError(name, f"must be {'>= 0' if allow_zero else '> 0'}, got {v!r}", v)
+    _plausible(name, v)
+
+
+def _plausible(name: str, v: float, path: str | None = None) -> None:
+    lo, hi = next(((lo, hi) for suffix, lo, hi in _PLAUSIBLE if name.endswith(suffix)), (0, _MAX_COUNT))
+    if not lo <= v <= hi:
+        raise HardwareError(path or name, f"must be in the plausible range [{lo:g}, {hi:g}], got {v!r}", v)
 
 
 def _one_of(obj: Any, name: str, allowed: tuple[str, ...]) -> None:
@@ -235,6 +253,7 @@ class ComputeUnit:
                 raise HardwareError(f"peak_flops_by_dtype.{k}", f": unknown dtype; expected one of {dtypes}", k)
             if not (math.isfinite(v) and v > 0):
                 raise HardwareError(f"peak_flops_by_dtype.{k}", f"must be > 0, got {v!r}", v)
+            _plausible("peak_flops", v, f"peak_flops_by_dtype.{k}")
 
     @property
     def num_pes(self) -> int:
@@ -581,10 +600,14 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
                 num = None
         if isinstance(num, bool) or not isinstance(num, (int, float)):
             raise HardwareError(path, f"must be a number, got {value!r}", value)
-        if not math.isfinite(num):
-            raise HardwareError(path, f"must be finite, got {value!r}", value)
+        try:
+            finite = math.isfinite(num)
+        except OverflowError:  # an integer beyond the range of a float
+            finite = False
+        if not finite:
+            raise HardwareError(path, f"must be finite, got {value!r:.40}", value)
         if tp is int:
-            if float(num) != int(num):
+            if isinstance(num, float) and not num.is_integer():  # (float(n) != n for a large exact int)
                 raise HardwareError(path, f"must be an integer, got {value!r}", value)
             return int(num)
         return float(num)
@@ -643,15 +666,100 @@ def _to_plain(src: Any) -> Any:
     return src
 
 
+@functools.lru_cache(maxsize=None)
+def _unique_key_loader() -> type:
+    """A YAML SafeLoader (libyaml's when present) that rejects a key given twice in one mapping."""
+    import yaml
+
+    class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
+        def construct_mapping(self, node, deep=False):
+            seen: dict[Any, Any] = {}
+            for key_node, _ in node.value:  # before merges (<<) are flattened: a merged key may be overridden
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    first = seen.setdefault(key, key_node)
+                except TypeError:  # unhashable key: the base class reports it
+                    continue
+                if first is not key_node:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r} (first at line {first.start_mark.line + 1})",
+                        key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
+
+
+def _check_size(n: int, source: str) -> None:
+    if n > MAX_FILE_BYTES:
+        raise HardwareError(source, f": file is {n} bytes, over the {MAX_FILE_BYTES} byte limit of a hardware "
+                            "description", n)
+
+
 def _parse_text(text: str, source: str) -> Any:
     import yaml
 
+    _check_size(len(text.encode("utf-8", "replace")), source)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_key_loader())
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         raise HardwareError(source, f": YAML does not parse{where}: {getattr(e, 'problem', e)}", text[:80]) from None
+    except (ValueError, TypeError, RecursionError) as e:  # e.g. a timestamp 2020-99-99, or nesting too deep
+        raise HardwareError(source, f": YAML does not parse: {type(e).__name__}: {e}", text[:80]) from None
+
+
+def _unique_pairs(source: str):
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, v in pairs:
+            if k in out:
+                raise HardwareError(source, f": JSON has a duplicate key {k!r}", k)
+            out[k] = v
+        return out
+
+    return hook
+
+
+def read_hardware_file(path: "str | os.PathLike[str]") -> Any:
+    """The plain data of a hardware file (JSON by its suffix, else YAML), not yet validated. Every problem reading
+    it (missing, over :data:`MAX_FILE_BYTES`, empty, not UTF-8, not parsing, a duplicate key) is a
+    :class:`HardwareError` naming the file."""
+    s = os.fspath(path)
+    p = Path(s)
+    if not p.is_file():
+        raise HardwareError(s, ": hardware file not found", s)
+    _check_size(p.stat().st_size, s)  # before reading: a huge file must not be parsed at all
+    raw = p.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise HardwareError(s, f": not a UTF-8 text file (byte {raw[e.start]:#04x} at offset {e.start})",
+                            None) from None
+    if p.suffix == ".json":
+        try:
+            data = json.loads(text, object_pairs_hook=_unique_pairs(s))
+        except json.JSONDecodeError as e:
+            raise HardwareError(s, f": JSON does not parse at line {e.lineno}: {e.msg}", text[:80]) from None
+        except RecursionError:
+            raise HardwareError(s, ": JSON does not parse: nested too deeply", text[:80]) from None
+    else:
+        data = _parse_text(text, s)
+    if data is None:
+        raise HardwareError(s, ": file is empty (no hardware description in it)", text[:80])
+    return data
+
+
+def _check_format_version(data: dict, source: str) -> None:
+    """Drop a supported ``format_version`` key; reject any other version."""
+    if "format_version" not in data:
+        return
+    v = data.pop("format_version")
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v not in FORMAT_VERSIONS:
+        path = f"{source}: format_version" if source else "format_version"
+        raise HardwareError(path, f": {v!r:.40} is not supported; supported versions: {list(FORMAT_VERSIONS)}", v)
 
 
 def load_hardware(src: Any) -> System:
@@ -660,6 +768,7 @@ def load_hardware(src: Any) -> System:
     if isinstance(src, System):
         return src
     src = _to_plain(src)
+    source = ""
     if isinstance(src, (str, os.PathLike)):
         s = str(src)
         is_path = isinstance(src, os.PathLike) or ("\n" not in s and (s.endswith((".yaml", ".yml", ".json"))
@@ -667,25 +776,16 @@ def load_hardware(src: Any) -> System:
         if not is_path and "\n" not in s and s.strip() in list_presets():
             return load_preset(s.strip())
         if is_path:
-            p = Path(s)
-            if not p.is_file():
-                raise HardwareError(s, ": hardware file not found", s)
-            text = p.read_text()
-            if p.suffix == ".json":
-                try:
-                    data = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise HardwareError(s, f": JSON does not parse at line {e.lineno}: {e.msg}", text[:80]) from None
-            else:
-                data = _parse_text(text, s)
+            data, source = read_hardware_file(s), s
         else:
             data = _parse_text(s, "<yaml string>")
     else:
         data = src
     if not isinstance(data, Mapping):
-        raise HardwareError("", f"a hardware description must be a mapping (or a preset name: {list_presets()}), "
-                            f"got {type(data).__name__}: {data!r:.80}", data)
+        raise HardwareError(source, f"{': ' if source else ''}a hardware description must be a mapping (or a "
+                            f"preset name: {list_presets()}), got {type(data).__name__}: {data!r:.80}", data)
     data = dict(data)
+    _check_format_version(data, source)
     if "host" in data:
         data["host"] = _resolve_detect(data["host"], "host")
     if isinstance(data.get("devices"), list):
@@ -731,4 +831,4 @@ def load_preset(name: str) -> System:
 
 __all__ = ["HardwareError", "MemoryLevel", "ComputeUnit", "Device", "Link", "Topology", "Mesh2D", "System",
            "load_hardware", "dump_hardware", "load_preset", "list_presets", "preset_dir", "op_kind_names",
-           "DATAFLOWS", "DEVICE_KINDS"]
+           "read_hardware_file", "DATAFLOWS", "DEVICE_KINDS", "FORMAT_VERSIONS", "MAX_FILE_BYTES"]

@@ -31,6 +31,11 @@ class OpKind(str, enum.Enum):
     embedding = "embedding"
     view = "view"  # reshape / flatten / permute / transpose: data movement only
     concat = "concat"
+    conv1d = "conv1d"
+    conv3d = "conv3d"
+    conv_transpose = "conv_transpose"  # 1-3 spatial axes; the output index is affine in input and kernel dims
+    interpolate = "interpolate"  # linear / bilinear / trilinear: fixed-weight taps
+    opaque = "opaque"  # an operator no frontend translates: whole tensors in and out, no FLOPs
 
     @property
     def compute_intensive(self) -> bool:
@@ -43,7 +48,8 @@ class OpKind(str, enum.Enum):
         return self in _COMPUTE_INTENSIVE
 
 
-_COMPUTE_INTENSIVE = frozenset({OpKind.matmul, OpKind.linear, OpKind.batch_matmul, OpKind.conv2d})
+_COMPUTE_INTENSIVE = frozenset({OpKind.matmul, OpKind.linear, OpKind.batch_matmul, OpKind.conv2d, OpKind.conv1d,
+                                OpKind.conv3d, OpKind.conv_transpose})
 # ops that may sit between two compute-intensive ops of a fusable chain
 CHAIN_GLUE_KINDS = frozenset({OpKind.elementwise, OpKind.softmax})
 
@@ -231,6 +237,22 @@ class Op:
                                              f"index {e} ranges over [{mn}, {mx}] but the tensor dimension "
                                              f"has extent {n}",
                                              (mn, mx))
+        self._check_coverage(p)
+
+    def _check_coverage(self, p: str) -> None:
+        """A tensor axis indexed by one bare loop must get a loop of the axis' extent: a shorter loop leaves part
+        of the tensor untouched and under-counts the MACs. Data-movement ops may read part of an input (a
+        slice); every op writes all of its output."""
+        ext = {d.name: d.extent for d in self.dims}
+        partial_reads = self.kind in (OpKind.view, OpKind.concat)
+        for a in (self.outputs if partial_reads else self.inputs + self.outputs):
+            for i, (e, n) in enumerate(zip(a.indices, a.extents)):
+                if isinstance(e, AffineExpr) and e.const == 0 and len(e.terms) == 1 and e.terms[0][1] == 1:
+                    d = e.terms[0][0]
+                    if ext[d] < n:
+                        raise ShapeError(f"{p}.accesses.{a.tensor.name}[{i}]",
+                                         f"dim {d!r} has extent {ext[d]} but indexes a tensor dimension of extent "
+                                         f"{n}: the access cannot cover the tensor", (d, ext[d], n))
 
     # --- basic queries ------------------------------------------------------------------------------------------
     def attr(self, key: str, default: Any = None) -> Any:

@@ -21,7 +21,7 @@ from typing import Any, Callable
 from .. import ops as O
 from ..affine import AffineExpr
 from ..dtypes import DType
-from ..errors import IRError, UnsupportedOpError
+from ..errors import GraphError, IRError, UnsupportedOpError, ValidationError
 from ..graph import Graph
 from ..op import Op, Tensor, TensorRole
 from ..ops import expand_op, select_op, slice_op, strided_view, upsample_nearest_op
@@ -45,15 +45,33 @@ class _Unsupported(Exception):
 
 def from_onnx(path_or_model: Any, name: str | None = None) -> Graph:
     """Translate an ONNX model (path or ``ModelProto``) into a Graph; shapes come from ONNX shape inference."""
-    import onnx
-
     if isinstance(path_or_model, (str, os.PathLike)):
-        model = onnx.load(os.fspath(path_or_model))
-        default_name = os.path.splitext(os.path.basename(os.fspath(path_or_model)))[0]
+        source = os.fspath(path_or_model)
+        model = _load(source)
+        default_name = os.path.splitext(os.path.basename(source))[0]
     else:
         model = path_or_model
-        default_name = model.graph.name or "onnx"
-    return _Translator(model).run(name or default_name)
+        source = default_name = model.graph.name or "onnx"
+    try:
+        translator = _Translator(model)
+    except IRError:
+        raise
+    except Exception as e:  # noqa: BLE001 - onnx's shape inference on a malformed model raises many types
+        raise ValidationError(source, f"is not a valid ONNX model ({type(e).__name__}: {e})") from None
+    return translator.run(name or default_name, source)
+
+
+def _load(path: str) -> Any:
+    """``onnx.load`` of a file whose every failure (empty, not protobuf) is a ValidationError naming it."""
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise ValidationError(path, "is empty (0 bytes), not an ONNX model")
+    try:
+        return onnx.load(path)
+    except (DecodeError, RuntimeWarning, ValueError, TypeError) as e:
+        raise ValidationError(path, f"is not a valid ONNX model (protobuf does not parse: {e})") from None
 
 
 def _infer(model: Any) -> Any:
@@ -184,7 +202,7 @@ class _Translator:
         return n
 
     # --- main loop ------------------------------------------------------------------------------------------------
-    def run(self, name: str) -> Graph:
+    def run(self, name: str, source: str = "onnx") -> Graph:
         for i, node in enumerate(self.g.node):
             try:
                 self.translate(node, i)
@@ -198,6 +216,9 @@ class _Translator:
                         self.env[o] = Tensor(o, s or (1,), dt)
         if self.unsupported:
             raise UnsupportedOpError(self.unsupported)
+        if not self.ops and not self.g.output:  # (_finish adds a copy op per output no op produces)
+            raise ValidationError(source, "has no ops (an ONNX model without nodes or outputs: an empty or wrong "
+                                  "file?)")
         return self._finish(name)
 
     def _finish(self, name: str) -> Graph:
@@ -206,7 +227,10 @@ class _Translator:
         produced = {t for o in self.ops for t in o.output_names}
         retag, names = {}, []
         for i, vi in enumerate(self.g.output):
-            t = self.T(vi.name)
+            try:
+                t = self.T(vi.name)
+            except _Unsupported as e:  # a graph output no node produces: a malformed model
+                raise GraphError(f"outputs[{i}]", str(e), vi.name) from None
             if t.name in names:
                 continue
             if t.name in produced:
