@@ -222,6 +222,10 @@ class ComputeUnit:
     """Tasks that may run concurrently on the unit (soc_mapper's spatial sharing)."""
     vector_width_bits: int = 32
     """SIMD width of one core, bits (512 for AVX-512, 256 for AVX2)."""
+    isa: Optional[str] = None
+    """The CPU's vector ISA, one of :data:`shared_ir.hostinfo.ISA_WIDTH_BITS` (``neon``, ``avx2``, ``avx512``,
+    ...) when it is not implied by the width (a 128-bit unit is NEON or SSE); code generators pick registers and
+    targets from it. Its width must equal ``vector_width_bits``."""
     power_w: float = 0.0
     """Power while busy, W (soc_mapper's energy = phase length × power)."""
     mac_energy_pj: float = 0.0
@@ -239,6 +243,13 @@ class ComputeUnit:
         for f in ("power_w", "mac_energy_pj"):
             _positive(self, f, allow_zero=True)
         _one_of(self, "dataflow", DATAFLOWS)
+        if self.isa is not None:
+            from .hostinfo import ISA_WIDTH_BITS
+
+            _one_of(self, "isa", tuple(ISA_WIDTH_BITS))
+            if ISA_WIDTH_BITS[self.isa] != self.vector_width_bits:
+                raise HardwareError("isa", f": {self.isa} vectors are {ISA_WIDTH_BITS[self.isa]} bits, but "
+                                           f"vector_width_bits is {self.vector_width_bits}", self.isa)
         object.__setattr__(self, "op_kinds", tuple(self.op_kinds))
         known = op_kind_names()
         for i, k in enumerate(self.op_kinds):

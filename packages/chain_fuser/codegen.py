@@ -89,6 +89,29 @@ def target(mcpu: str | None = None, cores: int | None = None):
     return _target(mcpu or host_mcpu(), int(cores or num_cores()))
 
 
+CROSS_TARGETS = {"neon": {"kind": "llvm", "mtriple": "aarch64-linux-gnu", "mattr": ["+neon"]},
+                 "avx512": {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "skylake-avx512"},
+                 "avx2": {"kind": "llvm", "mtriple": "x86_64-linux-gnu", "mcpu": "haswell"}}
+"""LLVM targets for a described device that is not this host, by its ISA (:func:`chain_fuser.hw.isa`)."""
+
+
+def target_for(device=None):
+    """The LLVM target that code for ``device`` is compiled for: :func:`target` for the host, else the cross
+    target of its ISA (:data:`CROSS_TARGETS`) with its core count."""
+    import tvm
+
+    from .hw import is_host, isa
+
+    if device is None or is_host(device):
+        return target()
+    name = isa(device)
+    if name not in CROSS_TARGETS:
+        from .errors import UnsupportedChainError
+
+        raise UnsupportedChainError(device.name, f"no code generator for ISA {name!r}; one of {sorted(CROSS_TARGETS)}")
+    return tvm.target.Target({**CROSS_TARGETS[name], "num-cores": int(device.compute.cores)})
+
+
 @functools.lru_cache(maxsize=8)
 def _target(mcpu: str, cores: int):
     import tvm

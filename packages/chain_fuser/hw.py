@@ -129,9 +129,14 @@ def clock_scale(device=None) -> float:
 
 
 def isa(device=None) -> str:
-    """``avx512`` or ``avx2`` (or ``scalar``) from the device's vector width (the host's is capped by
+    """The device's vector ISA: its description's ``compute.isa`` when it names one (``neon``, ``avx2``, ...),
+    else ``avx512`` or ``avx2`` (or ``scalar``) from its vector width (the host's is capped by
     ``$CHAIN_FUSER_ISA``, see :data:`shared_ir.hostinfo.ISA_ENV`)."""
-    bits = int((device or host_device()).compute.vector_width_bits)
+    dev = device or host_device()
+    named = getattr(dev.compute, "isa", None)
+    if named:
+        return str(named)
+    bits = int(dev.compute.vector_width_bits)
     return "avx512" if bits >= 512 else "avx2" if bits >= 256 else "scalar"
 
 

@@ -327,6 +327,21 @@ def _schedule(spec, plan: Plan, fused: bool, algorithm: str = "direct"):
     raise UnsupportedChainError(str(spec), "no code generator for this spec")
 
 
+def cross_compile(spec, device, fused: bool = True, top_k: int = 1):
+    """The model's first plan for ``device`` (any hardware description: a preset name, a dict, a Device), its
+    micro kernel chosen for that device's ISA and registers, compiled for the device's target
+    (:func:`chain_fuser.codegen.target_for`: e.g. aarch64 NEON from an x86 host). Returns ``(plan, module)``;
+    ``module.inspect_source("asm")`` is its assembly. Nothing runs: the module is for that machine."""
+    from .codegen import build, target_for
+    from .hw import resolve_device
+    from .planner import plan_chain
+
+    import_tvm()
+    dev = resolve_device(device)
+    plan = plan_chain(spec, dev, top_k=top_k)[0]
+    return plan, build(_schedule(spec, plan, fused), target_for(dev))
+
+
 def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "direct") -> str:
     tvm = import_tvm()
     extra = () if algorithm == "direct" else (algorithm, _WINOGRAD_VERSION)  # direct kernels keep their keys
