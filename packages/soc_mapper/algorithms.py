@@ -1,9 +1,11 @@
 """The registry of algorithms: name -> function(workload, soc, cost, run_config) -> SearchResult.
 
 Names say whose algorithm it is: ``comb`` (this package; ``comb_barriers``: the reference's decoder with a
-barrier after every window, j ≤ 20, plans run with the barriers), ``magma`` and ``h2h`` (faithful to their papers),
-``magma_1stream_comb_ga`` and ``h2h_wave_greedy`` (the simplified versions COMB's own experiments used under
-those names), ``fcfs``/``heft``/``round_robin``/``greedy`` (list heuristics), ``exact`` (CP-SAT, small only).
+barrier after every window, j ≤ 20, plans run with the barriers), ``magma`` (as its authors' code runs it) and
+``h2h`` (as published), ``magma_comb_simplified`` and ``h2h_wave_greedy`` (ablations: the simplified versions
+COMB's own experiments used under those names), ``fcfs``/``heft``/``round_robin``/``greedy`` (list heuristics),
+``exact`` (CP-SAT, small only). With ``RunConfig.budget_evaluations`` every search gets that many fitness
+evaluations; otherwise the GAs get ``RunConfig.time_budget_s`` seconds.
 """
 from __future__ import annotations
 
@@ -14,32 +16,42 @@ from .comb import SearchResult, comb_search
 from .config import ALGORITHM_NAMES
 
 
+def _budgets(rc, generations: int) -> dict:
+    """The search budget of ``rc`` as config fields: evaluations (lifting the generation cap so that it binds)
+    when ``rc.budget_evaluations`` is set, else seconds."""
+    if rc.budget_evaluations is not None:
+        return dict(max_evaluations=rc.budget_evaluations, time_budget_s=None,
+                    generations=max(generations, rc.budget_evaluations))
+    return dict(time_budget_s=rc.time_budget_s)
+
+
 def _comb(w, soc, cost, rc) -> SearchResult:
-    ga = dataclasses.replace(rc.ga, seed=rc.seed, time_budget_s=rc.time_budget_s)
+    ga = dataclasses.replace(rc.ga, seed=rc.seed, **_budgets(rc, rc.ga.generations))
     return comb_search(w, soc, cost, ga, "comb")
 
 
 def _comb_barriers(w, soc, cost, rc) -> SearchResult:
-    ga = dataclasses.replace(rc.ga, seed=rc.seed, time_budget_s=rc.time_budget_s, barriers=True,
-                             max_window=20, window_work=None)
+    ga = dataclasses.replace(rc.ga, seed=rc.seed, barriers=True, max_window=20, window_work=None,
+                             **_budgets(rc, rc.ga.generations))
     return comb_search(w, soc, cost, ga, "comb_barriers")
 
 
-def _magma_1stream(w, soc, cost, rc) -> SearchResult:
-    ga = dataclasses.replace(rc.ga, seed=rc.seed, time_budget_s=rc.time_budget_s, max_streams=1)
-    return comb_search(w, soc, cost, ga, "magma_1stream_comb_ga")
+def _magma_simplified(w, soc, cost, rc) -> SearchResult:
+    ga = dataclasses.replace(rc.ga, seed=rc.seed, max_streams=1, **_budgets(rc, rc.ga.generations))
+    return comb_search(w, soc, cost, ga, "magma_comb_simplified")
 
 
 def _magma(w, soc, cost, rc) -> SearchResult:
     from .baselines.magma import magma
 
-    return magma(w, soc, cost, dataclasses.replace(rc.magma, seed=rc.seed, time_budget_s=rc.time_budget_s))
+    return magma(w, soc, cost, dataclasses.replace(rc.magma, seed=rc.seed, **_budgets(rc, rc.magma.generations)))
 
 
 def _h2h(w, soc, cost, rc) -> SearchResult:
     from .baselines.h2h import h2h
 
-    return h2h(w, soc, cost, dataclasses.replace(rc.h2h, time_budget_s=rc.time_budget_s))
+    # no wall-clock deadline: H2H runs until its passes converge, capped only by the shared evaluation budget
+    return h2h(w, soc, cost, dataclasses.replace(rc.h2h, max_evaluations=rc.budget_evaluations))
 
 
 def _simple(name: str) -> Callable:
@@ -61,7 +73,7 @@ def _exact(w, soc, cost, rc) -> SearchResult:
 
 ALGORITHMS: dict[str, Callable] = {
     "comb": _comb, "comb_barriers": _comb_barriers, "magma": _magma, "h2h": _h2h,
-    "magma_1stream_comb_ga": _magma_1stream,
+    "magma_comb_simplified": _magma_simplified,
     "h2h_wave_greedy": _simple("h2h_wave_greedy"), "fcfs": _simple("fcfs"), "heft": _simple("heft"),
     "round_robin": _simple("round_robin"), "greedy": _simple("greedy"), "exact": _exact,
 }

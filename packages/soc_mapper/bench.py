@@ -1,16 +1,24 @@
 """Benchmark: ``python -m soc_mapper.bench [--scale small|full]`` → ``results/bench-soc_mapper.json``.
 
 Every algorithm maps the same workload on the same SoC, under the same cost model and the same simulator, with
-the same seed and the same search time budget (searching algorithms stop at the generation/pass boundary
-where the next one would pass it; constructive heuristics run to completion). Ratios are baseline latency / COMB latency
-(geometric means over the cases) and energy reductions 1 − geomean(COMB energy / baseline energy).
+the same seed and the same search budget in fitness evaluations (``budget_evaluations``: COMB's GA, MAGMA, the
+simplified MAGMA and H2H's moves each get that many; constructive heuristics run to completion). No tie-break
+or seeding trick is COMB's alone: COMB runs without its energy tie-break (``GAConfig.energy_tie=0``) and MAGMA
+starts from the same seeds as COMB. Ratios are baseline latency / COMB latency (geometric means over the cases)
+and energy reductions 1 − geomean(COMB energy / baseline energy), against the faithful baselines (``magma``,
+``h2h``), against COMB's simplified ones (``magma_comb_simplified``, ``h2h_wave_greedy``) side by side, and
+against the strongest baseline of each case (``geomean_latency_vs_strongest``).
 
-Scales: ``small`` (default, ≈ 6 min on 2 idle cores): mixes vision1, vision2, nlp1, mixed1, mixed2, mixed3 at
-the reference's copy counts, on soc_small and soc_large at 0.8 and 3.2 GB/s, a 3.0 s budget; the exact optimum of three
-≤ 15-layer instances on soc_small; and one timed COMB search of mixed3 (×8 copies, ~4,400 layers) on
-soc_large. ``full``: the seven mixes of the reference at their own copy counts (up to ~4,400 layers), 20 s budget,
-same extras: ≈ 40 min on 2 cores, so every finished case is saved to ``<out>.partial.json`` (atomically) and
-``--resume`` continues an interrupted run from there (the file must match scale, seed, budget and copies).
+Each search records its convergence curve (best fitness against evaluations) and ``converged`` (the GAs: the
+best no longer improved over the last 20% of the budget; H2H: it stopped at a whole pass without an improving
+move, not cut off by the budget); the curves are also drawn to ``<out>-convergence.png``.
+
+Scales: ``small`` (default): mixes vision1, vision2, nlp1, mixed1, mixed2, mixed3 at the reference's copy
+counts, on soc_small and soc_large at 0.8 and 3.2 GB/s, 400 evaluations per search (COMB: 56 generations);
+the exact optimum of three ≤ 15-layer instances on soc_small; and one timed COMB search of mixed3 (×8 copies,
+~4,400 layers) on soc_large. ``full``: the seven mixes of the reference at their own copy counts, 4,000
+evaluations, same extras. Every finished case is saved to ``<out>.partial.json`` (atomically) and ``--resume``
+continues an interrupted run from there (the file must match scale, seed, budget and copies).
 
 Per case and algorithm the JSON also says where the energy goes (:func:`soc_mapper.simulator.energy_breakdown`:
 static / MAC / buffer power of the highest-power task per phase, active and idle time, bytes over the mesh).
@@ -18,6 +26,7 @@ static / MAC / buffer power of the highest-power task per phase, active and idle
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -31,18 +40,21 @@ from .cost import cost_table
 from .soc import soc_from_system
 from .workload import Workload, load_mix, mix_models
 
-SEARCHING = ["comb", "magma", "h2h", "magma_1stream_comb_ga"]
+SEARCHING = ["comb", "magma", "h2h", "magma_comb_simplified"]
 CONSTRUCTIVE = ["h2h_wave_greedy", "heft", "greedy", "fcfs", "round_robin"]
+BASELINES = SEARCHING[1:] + CONSTRUCTIVE
+FAITHFUL_VS_SIMPLIFIED = [("magma", "magma_comb_simplified"), ("h2h", "h2h_wave_greedy")]
+"""Each faithful baseline next to the simplified version COMB's own experiments ran under its name."""
 SCALES = {
     # the reference's copy counts (×2): spatial sharing pays in multi-tenant mixes, and one copy per model
     # under-represents them; the decoder is fast enough since the usage profiles (soc_mapper.profile)
     # the six mixes the issue names (nlp2 only at full scale)
-    "small": dict(mixes=["vision1", "vision2", "nlp1", "mixed1", "mixed2", "mixed3"], copies=None, budget=3.0,
+    "small": dict(mixes=["vision1", "vision2", "nlp1", "mixed1", "mixed2", "mixed3"], copies=None, evaluations=400,
                   mixed3_budget=40.0,
-                  reduced="6 of the 7 mixes (no nlp2); 3.0 s search budget per algorithm (COMB evaluates little "
-                          "more than its seeded initial population); full: all 7 mixes, 20 s"),
+                  reduced="6 of the 7 mixes (no nlp2); 400 fitness evaluations per search (COMB: 56 generations; "
+                          "see each search's converged flag); full: all 7 mixes, 4,000 evaluations"),
     "full": dict(mixes=["vision1", "vision2", "nlp1", "nlp2", "mixed1", "mixed2", "mixed3"], copies=None,
-                 budget=20.0, mixed3_budget=40.0, reduced="nothing (the reference's mixes and copy counts)"),
+                 evaluations=4000, mixed3_budget=40.0, reduced="nothing (the reference's mixes and copy counts)"),
 }
 BANDWIDTHS = {"low": 0.8e9, "high": 3.2e9}
 # small exact instances: (mix to take layers from, {model: number of leading layers}) on soc_small
@@ -73,6 +85,9 @@ def run_case(w: Workload, soc_name: str, bw: float, rc: RunConfig, algorithms: l
         out[name] = {"latency_s": r.result.latency, "energy_j": r.result.energy,
                      "pe_occupancy": r.result.occupancy, "search_s": round(r.search_seconds, 3),
                      "generations": r.generations, "energy_breakdown": eb}
+        if name in SEARCHING:
+            out[name].update(evaluations=r.evaluations, budget_evaluations=r.budget_evaluations,
+                             converged=r.converged, curve=r.curve)
     return out
 
 
@@ -92,7 +107,8 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_bench_args(ap, list(SCALES), "results/bench-soc_mapper.json")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--budget", type=float, default=None, help="search seconds per algorithm (overrides the scale)")
+    ap.add_argument("--evaluations", type=int, default=None,
+                    help="fitness evaluations per searching algorithm (overrides the scale)")
     ap.add_argument("--copies", type=int, default=None, help="copies per model (overrides the scale's mixes)")
     ap.add_argument("--no-exact", action="store_true", help="skip the exact small instances")
     ap.add_argument("--no-mixed3", action="store_true", help="skip the timed mixed3 search")
@@ -110,7 +126,7 @@ def _scale(args) -> dict:
     if args.mixes:
         sc["mixes"] = [m.strip() for m in args.mixes.split(",") if m.strip()]
         sc["reduced"] = f"mixes chosen on the command line: {sc['mixes']}"
-    sc["budget"] = args.budget or sc["budget"]
+    sc["evaluations"] = args.evaluations or sc["evaluations"]
     return sc
 
 
@@ -142,8 +158,14 @@ def run_cases(sc: dict, rc: RunConfig, progress: str, key: dict, done: list[dict
     return cases
 
 
+def case_id(c: dict) -> str:
+    return f"{c['mix']}/{c['soc']}/{c['bandwidth']}"
+
+
 def summarize(cases: list[dict]) -> dict:
-    """Geomean latency ratios (baseline / COMB), energy reductions and PE occupancy ratios over the cases."""
+    """Geomean latency ratios (baseline / COMB), energy reductions and PE occupancy ratios over the cases, the
+    faithful baselines beside the simplified ones, the strongest baseline per case, and the searches' budgets and
+    convergence."""
     def ratio(base: str, key: str) -> list[float]:
         return [c["algorithms"][base][key] / c["algorithms"]["comb"][key] for c in cases]
 
@@ -154,19 +176,57 @@ def summarize(cases: list[dict]) -> dict:
         return geomean([c["algorithms"]["comb"]["pe_occupancy"] / c["algorithms"][base]["pe_occupancy"]
                         for c in cases])
 
-    return {
-        "geomean_latency_vs_magma": geomean(ratio("magma", "latency_s")),
-        "geomean_latency_vs_h2h": geomean(ratio("h2h", "latency_s")),
-        "energy_reduction_vs_magma": reduction("magma"),
-        "energy_reduction_vs_h2h": reduction("h2h"),
-        "geomean_latency_vs_magma_1stream_comb_ga": geomean(ratio("magma_1stream_comb_ga", "latency_s")),
-        "geomean_latency_vs_h2h_wave_greedy": geomean(ratio("h2h_wave_greedy", "latency_s")),
-        "energy_reduction_vs_magma_1stream_comb_ga": reduction("magma_1stream_comb_ga"),
-        "energy_reduction_vs_h2h_wave_greedy": reduction("h2h_wave_greedy"),
-        "geomean_latency_vs_heft": geomean(ratio("heft", "latency_s")),
+    strongest = {case_id(c): min(BASELINES, key=lambda b: c["algorithms"][b]["latency_s"]) for c in cases}
+    out = {f"geomean_latency_vs_{b}": geomean(ratio(b, "latency_s")) for b in BASELINES}
+    out.update({f"energy_reduction_vs_{b}": reduction(b) for b in BASELINES})
+    out.update({
+        "geomean_latency_vs_strongest": geomean([c["algorithms"][strongest[case_id(c)]]["latency_s"]
+                                                 / c["algorithms"]["comb"]["latency_s"] for c in cases]),
+        "strongest_baseline": strongest,
         "geomean_pe_occupancy_vs_magma": occupancy("magma"),
         "geomean_pe_occupancy_vs_h2h": occupancy("h2h"),
-    }
+        "faithful_vs_simplified": {
+            f: {"simplified": s,
+                "latency": {"faithful": out[f"geomean_latency_vs_{f}"], "simplified": out[f"geomean_latency_vs_{s}"]},
+                "energy_reduction": {"faithful": out[f"energy_reduction_vs_{f}"],
+                                     "simplified": out[f"energy_reduction_vs_{s}"]}}
+            for f, s in FAITHFUL_VS_SIMPLIFIED},
+        "converged": {case_id(c): {a: c["algorithms"][a]["converged"] for a in SEARCHING} for c in cases},
+        "comb_min_generations": min(c["algorithms"]["comb"]["generations"] for c in cases),
+    })
+    out["all_converged"] = {a: all(v[a] for v in out["converged"].values()) for a in SEARCHING}
+    return out
+
+
+def write_convergence_plot(path: str, cases: list[dict]) -> None:
+    """Best fitness against evaluations of every search, one panel per case, relative to COMB's final latency
+    (MAGMA's curve is its own fitness: its model's makespan unless ``MagmaConfig.fitness='simulator'``)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from shared_ir import atomic_savefig
+
+    ncol = min(4, len(cases))
+    nrow = -(-len(cases) // ncol)
+    fig, axes = plt.subplots(nrow, ncol, figsize=(4 * ncol, 3 * nrow), squeeze=False)
+    for ax, c in zip(axes.flat, cases):
+        ref = c["algorithms"]["comb"]["latency_s"]
+        for a in SEARCHING:
+            pts = c["algorithms"][a]["curve"]
+            if pts:
+                ax.step([p[0] for p in pts], [p[1] / ref for p in pts], where="post", label=a)
+        ax.set_title(case_id(c), fontsize=9)
+        ax.set_xlabel("fitness evaluations", fontsize=8)
+        ax.set_ylabel("best / COMB final latency", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(cases):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.tight_layout()
+    atomic_savefig(fig, path, dpi=100)
+    plt.close(fig)
 
 
 def energy_totals(cases: list[dict]) -> dict:
@@ -182,12 +242,12 @@ def energy_totals(cases: list[dict]) -> dict:
     return tot
 
 
-def small_instances(seed: int) -> list[dict]:
-    """Every algorithm's gap to the exact optimum (CP-SAT) on :data:`SMALL_INSTANCES`."""
+def small_instances(rc: RunConfig) -> list[dict]:
+    """Every algorithm's gap to the exact optimum (CP-SAT) on :data:`SMALL_INSTANCES`, under ``rc``'s budget."""
     from .exact import solve_exact
 
     small = []
-    rc_small = RunConfig(time_budget_s=5.0, seed=seed, ga=GAConfig(executor="serial"))
+    rc_small = rc
     for mix, take in SMALL_INSTANCES:
         w = small_instance(load_mix(mix, copies=1), take)
         soc = soc_from_system("soc_small")
@@ -213,7 +273,7 @@ def mixed3_search(budget_s: float, seed: int) -> dict:
     w = load_mix("mixed3")
     soc = soc_from_system("soc_large", BANDWIDTHS["high"])
     cost = cost_table(w, soc)
-    ga = GAConfig(executor="process", workers=2, seed=seed, time_budget_s=budget_s)
+    ga = GAConfig(executor="process", workers=2, seed=seed, time_budget_s=budget_s, energy_tie=0.0)
     r = comb_search(w, soc, cost, ga)
     print(f"mixed3 on soc_large ({len(w)} layers): searched in {r.search_seconds:.1f} s "
           f"({r.generations} generations, {r.evaluations} evaluations), latency {r.result.latency * 1e3:.3f} ms")
@@ -224,11 +284,16 @@ def mixed3_search(budget_s: float, seed: int) -> dict:
 
 def _print_headlines(out: dict) -> None:
     print(f"latency geomean: {out['geomean_latency_vs_magma']:.3f}x vs MAGMA (target 1.28), "
-          f"{out['geomean_latency_vs_h2h']:.3f}x vs H2H (target 1.37), {out['geomean_latency_vs_heft']:.3f}x vs HEFT")
+          f"{out['geomean_latency_vs_h2h']:.3f}x vs H2H (target 1.37), {out['geomean_latency_vs_heft']:.3f}x vs HEFT,"
+          f" {out['geomean_latency_vs_strongest']:.3f}x vs the strongest baseline of each case")
     print(f"energy reduction: {out['energy_reduction_vs_magma']:.1%} vs MAGMA (target 22.7%), "
           f"{out['energy_reduction_vs_h2h']:.1%} vs H2H (target 29.2%)")
-    print(f"COMB's one-stream-MAGMA / wave-H2H of the reference: {out['geomean_latency_vs_magma_1stream_comb_ga']:.3f}x"
-          f" / {out['geomean_latency_vs_h2h_wave_greedy']:.3f}x")
+    for f, d in out["faithful_vs_simplified"].items():
+        print(f"vs {f} / vs {d['simplified']}: latency {d['latency']['faithful']:.3f}x / "
+              f"{d['latency']['simplified']:.3f}x, energy {d['energy_reduction']['faithful']:.1%} / "
+              f"{d['energy_reduction']['simplified']:.1%}")
+    print(f"budget {out['budget_evaluations']} evaluations per search; COMB ran >= {out['comb_min_generations']} "
+          f"generations; converged in every case: " + ", ".join(f"{a} {v}" for a, v in out["all_converged"].items()))
     if "optimality_gap_small" in out:
         print(f"worst COMB gap to the optimum on small instances: {out['optimality_gap_small']:.2%} (target ≤ 5%)")
 
@@ -238,30 +303,35 @@ def main(argv: list[str] | None = None) -> dict:
     # the searches' progress lines (soc_mapper.comb logs one every few seconds of a long search)
     logging.basicConfig(level=logging.INFO, format="  %(message)s")
     sc = _scale(args)
-    budget = sc["budget"]
-    # serial fitness evaluation for every algorithm: the same compute for all (MAGMA's GA is serial too)
-    rc = RunConfig(time_budget_s=budget, seed=args.seed, ga=GAConfig(executor="serial"))
+    budget = sc["evaluations"]
+    # serial fitness evaluation and no energy tie-break: the same evaluations and rules for every search
+    ga = GAConfig(executor="serial", energy_tie=0.0)
+    rc = RunConfig(budget_evaluations=budget, seed=args.seed, ga=ga)
     t_all = time.perf_counter()
     progress = args.out + ".partial.json"
-    key = {"scale": args.scale, "seed": args.seed, "budget": budget, "copies": sc["copies"]}
+    key = {"scale": args.scale, "seed": args.seed, "budget_evaluations": budget, "copies": sc["copies"]}
     done = _load_progress(progress, key) if args.resume else []
     mach = machine()
     print(machine_line(mach))
-    print(f"soc_mapper bench, scale={args.scale}, budget={budget:g} s per searching algorithm, seed={args.seed}")
+    print(f"soc_mapper bench, scale={args.scale}, budget={budget} fitness evaluations per search, seed={args.seed}")
     cases = run_cases(sc, rc, progress, key, done)
     out: dict = {
-        "machine": mach, "scale": args.scale, "seed": args.seed, "time_budget_s": budget,
-        "time_budget_note": f"the same wall-clock search budget of {budget:g} s for each of comb, magma, h2h and "
-                            "magma_1stream_comb_ga (each stops at the generation/pass boundary where the next one "
-                            "would pass it); fitness evaluated serially; constructive heuristics run to completion",
+        "machine": mach, "scale": args.scale, "seed": args.seed, "budget_evaluations": budget,
+        "budget_note": f"the same budget of {budget} fitness evaluations for each of {', '.join(SEARCHING)} (one "
+                       "evaluation: one chromosome decoded and judged, or one H2H move judged; the last generation "
+                       "is cut to what is left; H2H also stops at a pass without an improving move); fitness "
+                       "evaluated serially; constructive heuristics run to completion",
         "reduced_vs_reference": sc["reduced"],
-        "comb_config": {"energy_tie": GAConfig().energy_tie, "max_window": GAConfig().max_window,
-                        "population": GAConfig().population, "generations": GAConfig().generations},
+        "comb_config": {"energy_tie": ga.energy_tie, "seeded": ga.seeded, "max_window": ga.max_window,
+                        "population": ga.population},
+        "magma_config": dataclasses.asdict(rc.magma), "h2h_config": dataclasses.asdict(rc.h2h),
         "cost_model": "soc_mapper.cost (MAESTRO-style analytical, int8)", "simulator": "soc_mapper.simulator",
         "cases": cases, **summarize(cases)}
     out["energy_breakdown_total"] = energy_totals(cases)
+    out["convergence_plot"] = os.path.splitext(args.out)[0] + "-convergence.png"
+    write_convergence_plot(out["convergence_plot"], cases)
     if not args.no_exact:
-        out["small_instances"] = small_instances(args.seed)
+        out["small_instances"] = small_instances(rc)
         out["optimality_gap_small"] = max(r["gaps"]["comb"] for r in out["small_instances"])
     if not args.no_mixed3:
         out["mixed3_soc_large"] = mixed3_search(sc["mixed3_budget"], args.seed)
@@ -274,7 +344,7 @@ def main(argv: list[str] | None = None) -> dict:
     write_json(args.out, out, indent=1)
     if os.path.exists(progress):
         os.remove(progress)  # complete: the partial file is no longer needed
-    print(f"wrote {args.out} ({out['wall_s']} s)")
+    print(f"wrote {args.out} and {out['convergence_plot']} ({out['wall_s']} s)")
     return out
 
 

@@ -22,6 +22,7 @@ from typing import Sequence
 
 from deap import base, creator
 
+from .budget import Curve, converged
 from .config import GAConfig
 from .cost import CostTable
 from .decoder import DecodeContext, decode, windows_to_plan
@@ -48,6 +49,14 @@ class SearchResult:
     evaluations: int = 0
     history: list[float] = field(default_factory=list)
     """Best fitness after each generation (GA) or pass."""
+    budget_evaluations: int | None = None
+    """The evaluation budget the search ran under (None: none, or a constructive algorithm)."""
+    curve: list[list[float]] = field(default_factory=list)
+    """Convergence curve: [evaluations, best fitness so far] at each improvement and at the end
+    (:meth:`soc_mapper.budget.Curve.as_list`)."""
+    converged: bool | None = None
+    """The best no longer improved over the last 20% of the budget (:func:`soc_mapper.budget.converged`); None
+    for constructive algorithms."""
 
 
 @dataclass
@@ -259,7 +268,7 @@ def fingerprint(w: Workload, soc: SoC, cfg: GAConfig, algorithm: str) -> str:
     h.update(repr([a.name for a in soc.accs]).encode())
     h.update(soc.bandwidth.tobytes())
     h.update(repr((cfg.population, cfg.max_window, cfg.max_streams, cfg.seed, cfg.fitness, cfg.barriers,
-                  cfg.energy_weight, cfg.energy_tie, algorithm)).encode())
+                  cfg.energy_weight, cfg.energy_tie, cfg.seeded, algorithm)).encode())
     return h.hexdigest()[:16]
 
 
@@ -279,9 +288,10 @@ def _elite(cands: Sequence, best_fit: float, tol: float):
     return min(near, key=lambda i: (i.energy, i.fitness.values[0]) if tol > 0 else (i.fitness.values[0], i.energy))
 
 
-def _save(path: str, fp: str, gen: int, rng: random.Random, history: list, evals: int, pop: list, best) -> None:
+def _save(path: str, fp: str, gen: int, rng: random.Random, history: list, curve: Curve, pop: list, best) -> None:
     save_checkpoint(path, {
-        "fingerprint": fp, "generation": gen, "rng": rng.getstate(), "history": history, "evaluations": evals,
+        "fingerprint": fp, "generation": gen, "rng": rng.getstate(), "history": history,
+        "evaluations": curve.evaluations, "curve": curve.points,
         "population": [(list(i), i.fitness.values[0], i.groups, i.energy) for i in pop],
         "best": (list(best), best.fitness.values[0], best.groups, best.energy)})
 
@@ -293,17 +303,19 @@ log = logging.getLogger(__name__)
 
 def _initial_population(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig, rng: random.Random, evaluate,
                         t0: float) -> tuple[list, float]:
-    """The seeded orders (:func:`seed_orders`), then random ones, evaluated in batches of the worker count; after
-    the first batch only while the time budget lasts. Returns (population, seconds of the last batch)."""
-    seeds = seed_orders(w, cost, soc)[:cfg.population]
+    """The seeded orders (:func:`seed_orders`, unless ``cfg.seeded`` is off), then random ones, evaluated in
+    batches of the worker count; after the first batch only while the time and evaluation budgets last. Returns
+    (population, seconds of the last batch)."""
+    seeds = seed_orders(w, cost, soc)[:cfg.population] if cfg.seeded else []
     batch = cfg.workers if cfg.executor != "serial" else 1
+    size = cfg.population if cfg.max_evaluations is None else min(cfg.population, cfg.max_evaluations)
     pop: list = []
     last_batch = 0.0
-    while len(pop) < cfg.population:
+    while len(pop) < size:
         if pop and cfg.time_budget_s is not None and time.perf_counter() - t0 + last_batch > cfg.time_budget_s:
             break
         tb = time.perf_counter()
-        k = min(batch, cfg.population - len(pop))
+        k = min(batch, size - len(pop))
         more = [_ind(seeds[len(pop) + i] if len(pop) + i < len(seeds) else random_topo(w, rng)) for i in range(k)]
         evaluate(more)
         pop += more
@@ -349,19 +361,18 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
     fp = fingerprint(w, soc, cfg, algorithm)
     toolbox = base.Toolbox()
     history: list[float] = []
-    evals = 0
+    curve = Curve()
     with Evaluator(comb_evaluate, cctx, cfg.executor, cfg.workers) as ev:
         toolbox.register("map", ev.map)
         toolbox.register("evaluate", comb_evaluate, cctx)
 
         def evaluate(inds: list) -> None:
-            nonlocal evals
             todo = [i for i in inds if not i.fitness.valid]
             for ind, (fit, groups, energy) in zip(todo, toolbox.map(toolbox.evaluate, todo)):
                 ind.fitness.values = (fit,)
                 ind.groups = groups
                 ind.energy = energy
-            evals += len(todo)
+                curve.add(fit)
 
         state = load_checkpoint(cfg.checkpoint, fp) if cfg.checkpoint else None
         # a generation evaluates population−1 children: predict it from the initial batches until one ran
@@ -372,7 +383,7 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
             rng.setstate(state["rng"])
             history = list(state["history"])
             gen0 = state["generation"] + 1
-            evals = state["evaluations"]
+            curve = Curve([tuple(p) for p in state.get("curve", [])], state["evaluations"])
         else:
             pop, last_batch = _initial_population(w, soc, cost, cfg, rng, evaluate, t0)
             best_fit = min(i.fitness.values[0] for i in pop)
@@ -381,7 +392,7 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
             history.append(best_fit)
             gen0 = 0
             if cfg.checkpoint:  # the evaluated initial population: a resume skips its evaluation
-                _save(cfg.checkpoint, fp, -1, rng, history, evals, pop, best)
+                _save(cfg.checkpoint, fp, -1, rng, history, curve, pop, best)
             batch = cfg.workers if cfg.executor != "serial" else 1
             last_gen = last_batch * math.ceil((cfg.population - 1) / batch)
         gens_done = gen0
@@ -390,8 +401,11 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
             el = time.perf_counter() - t0
             if cfg.time_budget_s is not None and el + last_gen > cfg.time_budget_s:
                 break
+            left = None if cfg.max_evaluations is None else cfg.max_evaluations - curve.evaluations
+            if left is not None and left <= 0:
+                break
             tg = time.perf_counter()
-            children = _children(w, cfg, rng, pop)
+            children = _children(w, cfg, rng, pop)[:left]  # the budget's last generation is cut to what is left
             evaluate(children)
             pop = [best] + children  # elitism: the best schedule is never lost
             best_fit = min([history[-1]] + [i.fitness.values[0] for i in children])
@@ -401,13 +415,14 @@ def comb_search(w: Workload, soc: SoC, cost: CostTable, cfg: GAConfig | None = N
             history.append(best_fit)
             gens_done = gen + 1
             if cfg.checkpoint:
-                _save(cfg.checkpoint, fp, gen, rng, history, evals, pop, best)
+                _save(cfg.checkpoint, fp, gen, rng, history, curve, pop, best)
             last_gen = time.perf_counter() - tg
             if tg + last_gen - shown >= PROGRESS_EVERY_S:
                 shown = tg + last_gen
                 log.info("%s: generation %d/%d, best fitness %.6g, %d evaluations, %.0f s", algorithm, gens_done,
-                         cfg.generations, best_fit, evals, shown - t0)
+                         cfg.generations, best_fit, curve.evaluations, shown - t0)
     windows = best_decode(cctx, list(best))
     plan = windows_to_plan(windows, len(w.layers), cfg.max_streams, algorithm, cfg.barriers)
     res = simulate(plan, w, soc, cost)
-    return SearchResult(algorithm, plan, res, time.perf_counter() - t0, gens_done, evals, history)
+    return SearchResult(algorithm, plan, res, time.perf_counter() - t0, gens_done, curve.evaluations, history,
+                        cfg.max_evaluations, curve.as_list(), converged(curve, cfg.max_evaluations))

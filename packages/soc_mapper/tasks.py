@@ -49,7 +49,7 @@ def run_mix(hardware: Any = None, workload: Any = None, out_dir: str = ".", mix:
         r = ALGORITHMS[name](w, soc, cost, rc)
         results[name] = {"latency_s": r.result.latency, "energy_j": r.result.energy,
                          "pe_occupancy": r.result.occupancy, "search_s": r.search_seconds,
-                         "generations": r.generations}
+                         "generations": r.generations, "evaluations": r.evaluations, "converged": r.converged}
         write_schedule_csv(os.path.join(out_dir, f"schedule_{name}.csv"),
                            schedule_rows(w, soc, cost, r.plan, r.result))
         if gantt:
@@ -67,7 +67,7 @@ def run_mix(hardware: Any = None, workload: Any = None, out_dir: str = ".", mix:
                                "nn_bandwidth": soc.nn_bandwidth, "layers": len(w),
                                "time_budget_s": rc.time_budget_s, "seed": rc.seed, "algorithms": results}
     if "comb" in results:
-        for base in ("magma", "h2h", "magma_1stream_comb_ga", "h2h_wave_greedy"):
+        for base in ("magma", "h2h", "magma_comb_simplified", "h2h_wave_greedy"):
             if base in results:
                 summary[f"latency_vs_{base}"] = results[base]["latency_s"] / results["comb"]["latency_s"]
                 summary[f"energy_reduction_vs_{base}"] = 1 - results["comb"]["energy_j"] / results[base]["energy_j"]

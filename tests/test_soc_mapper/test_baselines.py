@@ -31,7 +31,7 @@ def test_every_algorithm_gives_a_valid_plan():
         assert r.result.latency > 0 and r.result.energy > 0 and 0 < r.result.occupancy <= 1
         lat[name] = r.result.latency
     # every plan respects its own stream cap
-    for name in ("magma", "h2h_wave_greedy", "magma_1stream_comb_ga"):
+    for name in ("magma", "h2h_wave_greedy", "magma_comb_simplified"):
         r = ALGORITHMS[name](w, soc, c, rc)
         assert r.plan.max_streams == 1
         _no_overlap_per_acc(r.plan, r.result, soc.n)

@@ -78,7 +78,7 @@ def test_ga_is_deterministic_and_keeps_the_best():
     assert a.result.latency <= a.history[-1] * (1 + GAConfig().energy_tie) + 1e-15
     z = comb_search(w, soc, c, GAConfig(seed=3, energy_tie=0.0, **FAST))
     assert z.result.latency == pytest.approx(z.history[-1]) and z.result.latency <= z.history[0] + 1e-15
-    one = comb_search(w, soc, c, GAConfig(seed=3, max_streams=1, **FAST), "magma_1stream_comb_ga")
+    one = comb_search(w, soc, c, GAConfig(seed=3, max_streams=1, **FAST), "magma_comb_simplified")
     assert one.plan.max_streams == 1
 
 

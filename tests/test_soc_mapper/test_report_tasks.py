@@ -52,11 +52,23 @@ def test_bench_states_the_machine_and_writes_its_json(tmp_path, capsys):
     from shared_ir.hostinfo import isa
 
     out = tmp_path / "b.json"
-    doc = main(["--mixes", "vision1", "--copies", "1", "--budget", "0.2", "--no-exact", "--no-mixed3",
+    doc = main(["--mixes", "vision1", "--copies", "1", "--evaluations", "12", "--no-exact", "--no-mixed3",
                 "--out", str(out)])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("machine: ") and f"ISA {isa()}" in lines[0]
     d = json.loads(out.read_text())
     assert d["machine"]["cores"] >= 1 and len(d["cases"]) == 4 == len(doc["cases"])
     assert d["geomean_latency_vs_magma"] > 0 and 0 < d["geomean_pe_occupancy_vs_h2h"]
+    # the same evaluation budget for every search, its curve and convergence flag, no COMB-only tie-break
+    assert d["budget_evaluations"] == 12 and d["comb_config"]["energy_tie"] == 0.0
+    for c in d["cases"]:
+        for a in ("comb", "magma", "h2h", "magma_comb_simplified"):
+            r = c["algorithms"][a]
+            assert r["budget_evaluations"] == 12 and r["evaluations"] <= 12 and isinstance(r["converged"], bool)
+            assert r["curve"][-1][0] == r["evaluations"]
+    assert set(d["converged"]) == {f"vision1/{s}/{b}" for s in ("soc_small", "soc_large") for b in ("low", "high")}
+    assert d["comb_min_generations"] >= 0 and d["geomean_latency_vs_strongest"] > 0
+    assert d["geomean_latency_vs_strongest"] <= min(d[f"geomean_latency_vs_{b}"] for b in ("magma", "h2h", "heft"))
+    assert set(d["faithful_vs_simplified"]) == {"magma", "h2h"}
+    assert (tmp_path / "b-convergence.png").stat().st_size > 0
     assert not (tmp_path / "b.json.partial.json").exists()  # complete: the resume file is gone

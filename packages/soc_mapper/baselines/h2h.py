@@ -8,8 +8,10 @@ heterogeneous multi-accelerator systems), in its four steps:
    and shortens the schedule;
 4. local search: a layer moves to an accelerator one mesh hop away while that shortens the schedule.
 
-Steps 3–4 judge each move with the shared simulator. Also here: ``h2h_wave_greedy``, the simplified
-"H2H" of COMB's experiments (wave-by-wave, one stream, transfer-aware greedy, a barrier after each wave).
+Steps 3–4 judge each move with the shared simulator (each judgement is one evaluation of the search budget)
+and repeat in passes until a whole pass improves nothing (converged) or a pass cap. Also here:
+``h2h_wave_greedy``, the simplified "H2H" of COMB's experiments (wave-by-wave, one stream, transfer-aware
+greedy, a barrier after each wave).
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ import time
 
 import numpy as np
 
+from ..budget import Curve
 from ..comb import SearchResult
 from ..config import H2HConfig
 from ..cost import CostTable
@@ -86,58 +89,92 @@ def pin_weights(w: Workload, soc: SoC, cost: CostTable, placement: list[int], un
     return pinned
 
 
+class _Judge:
+    """H2H's moves judged by the simulator (weights re-pinned for each placement), counted as evaluations."""
+
+    def __init__(self, w: Workload, soc: SoC, cost: CostTable, order: list[int], cfg: H2HConfig, t0: float):
+        self.w, self.soc, self.cost, self.order, self.cfg = w, soc, cost, order, cfg
+        self.curve = Curve()
+        self.deadline = t0 + cfg.time_budget_s if cfg.time_budget_s else None
+
+    def __call__(self, pl: list[int]) -> tuple[float, list[bool] | None]:
+        pin = pin_weights(self.w, self.soc, self.cost, pl) if self.cfg.weight_pinning else None
+        plan = Plan(pl, self.order, None, None, pin, "h2h")
+        lat = simulate(plan, self.w, self.soc, self.cost, validate=False).latency
+        self.curve.add(lat)
+        return lat, pin
+
+    def exhausted(self) -> bool:
+        """The evaluation budget is spent or the (optional) deadline passed."""
+        cap = self.cfg.max_evaluations
+        return ((cap is not None and self.curve.evaluations >= cap)
+                or (self.deadline is not None and time.perf_counter() > self.deadline))
+
+
+def _transfer_pass(w: Workload, soc: SoC, cost: CostTable, judge: _Judge, state: list) -> bool:
+    """Step 3, one pass: edges by transfer time, largest first; a consumer moves to its producer's accelerator
+    when that shortens the schedule. ``state`` = [placement, latency, pinned], updated in place."""
+    pl0 = state[0]
+    edges = sorted(((u, v) for (u, v) in w.edge_bytes if pl0[u] != pl0[v]),
+                   key=lambda e: (-w.edge_bytes[e] / soc.bandwidth[pl0[e[0]], pl0[e[1]]], e))
+    improved = False
+    for u, v in edges:
+        if judge.exhausted():
+            break
+        pl = state[0]
+        a = pl[u]
+        if pl[v] == a or not cost.supported[v, a]:
+            continue
+        trial = pl[:]
+        trial[v] = a
+        lat, pin = judge(trial)
+        if lat < state[1]:
+            state[:] = [trial, lat, pin]
+            improved = True
+    return improved
+
+
+def _local_pass(w: Workload, soc: SoC, cost: CostTable, judge: _Judge, state: list) -> bool:
+    """Step 4, one pass: each layer moves to the first accelerator one mesh hop away that shortens the schedule."""
+    improved = False
+    for v in range(len(w.layers)):
+        for b in soc.neighbours(state[0][v]):
+            if judge.exhausted():
+                return improved
+            if not cost.supported[v, b]:
+                continue
+            trial = state[0][:]
+            trial[v] = b
+            lat, pin = judge(trial)
+            if lat < state[1]:
+                state[:] = [trial, lat, pin]
+                improved = True
+                break
+    return improved
+
+
 def h2h(w: Workload, soc: SoC, cost: CostTable, cfg: H2HConfig | None = None) -> SearchResult:
+    """Step 1 (with step 2 in every judgement), then passes of steps 3 and 4 until one improves nothing
+    (converged), ``cfg.max_passes`` passes, or the evaluation budget is spent."""
     cfg = cfg or H2HConfig()
     t0 = time.perf_counter()
-    deadline = t0 + cfg.time_budget_s if cfg.time_budget_s else None
     placement, order = computation_first(w, soc, cost)
-
-    def judge(pl: list[int]) -> tuple[float, list[bool] | None]:
-        pin = pin_weights(w, soc, cost, pl) if cfg.weight_pinning else None
-        return simulate(Plan(pl, order, None, None, pin, "h2h"), w, soc, cost, validate=False).latency, pin
-
-    best, pin = judge(placement)
-    history = [best]
-
-    def out_of_time() -> bool:
-        return deadline is not None and time.perf_counter() > deadline
-
-    if cfg.transfer_removal:
-        # edges by transfer time, largest first: the ones worth removing
-        edges = sorted(((u, v) for (u, v) in w.edge_bytes if placement[u] != placement[v]),
-                       key=lambda e: -w.edge_bytes[e] / soc.bandwidth[placement[e[0]], placement[e[1]]])
-        for u, v in edges:
-            if out_of_time():
-                break
-            a = placement[u]
-            if placement[v] == a or not cost.supported[v, a]:
-                continue
-            trial = placement[:]
-            trial[v] = a
-            lat, p = judge(trial)
-            if lat < best:
-                placement, best, pin = trial, lat, p
-        history.append(best)
-    if cfg.local_search:
-        for _ in range(cfg.local_search_rounds):
-            improved = False
-            for v in range(len(w.layers)):
-                if out_of_time():
-                    break
-                for b in soc.neighbours(placement[v]):
-                    if not cost.supported[v, b]:
-                        continue
-                    trial = placement[:]
-                    trial[v] = b
-                    lat, p = judge(trial)
-                    if lat < best:
-                        placement, best, pin, improved = trial, lat, p, True
-                        break
-            history.append(best)
-            if not improved or out_of_time():
-                break
-    plan = Plan(placement, order, None, None, pin, "h2h")
-    return SearchResult("h2h", plan, simulate(plan, w, soc, cost), time.perf_counter() - t0, history=history)
+    judge = _Judge(w, soc, cost, order, cfg, t0)
+    state = [placement, *judge(placement)]
+    history = [state[1]]
+    done = not (cfg.transfer_removal or cfg.local_search)
+    passes = 0
+    while not done and passes < cfg.max_passes and not judge.exhausted():
+        improved = cfg.transfer_removal and _transfer_pass(w, soc, cost, judge, state)
+        local = cfg.local_search and (cfg.local_search_rounds is None or passes < cfg.local_search_rounds)
+        improved = (local and _local_pass(w, soc, cost, judge, state)) or improved
+        passes += 1
+        history.append(state[1])
+        done = not improved and not judge.exhausted()  # a whole pass without an improving move
+    plan = Plan(state[0], order, None, None, state[2], "h2h")
+    return SearchResult("h2h", plan, simulate(plan, w, soc, cost), time.perf_counter() - t0, passes,
+                        judge.curve.evaluations, history, cfg.max_evaluations, judge.curve.as_list(),
+                        done)  # converged: its own test, a whole pass without an improving move
 
 
 def h2h_wave_greedy(w: Workload, soc: SoC, cost: CostTable) -> SearchResult:
