@@ -582,6 +582,8 @@ def graph_from_spec(spec: Mapping[str, Mapping[str, Any]]) -> GraphView:
 
     Raises :class:`CycleError` naming a node on a cycle, :class:`BatcherError` for an unknown argument.
     """
+    if not isinstance(spec, Mapping):
+        raise BatcherError(f"graph description: a mapping {{name: {{'type', 'args'}}}}, got {type(spec).__name__}")
     names = list(spec)
     idx = {n: i for i, n in enumerate(names)}
     keys = ["unbatchable"]
@@ -589,6 +591,8 @@ def graph_from_spec(spec: Mapping[str, Mapping[str, Any]]) -> GraphView:
     types, preds = [], []
     for n in names:
         d = spec[n]
+        if not isinstance(d, Mapping):
+            raise BatcherError(f"node {n!r}: a mapping with 'type' and 'args', got {d!r}")
         t = str(d.get("type", ""))
         if t and t != "unbatchable":
             if t not in tid:
@@ -598,7 +602,10 @@ def graph_from_spec(spec: Mapping[str, Mapping[str, Any]]) -> GraphView:
         else:
             types.append(0)
         ps = []
-        for a in d.get("args", ()):
+        args = d.get("args", ())
+        if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple)):
+            raise BatcherError(f"node {n!r}: args must be a list of node names, got {args!r}")
+        for a in args:
             if a not in idx:
                 raise BatcherError(f"node {n!r}: argument {a!r} is not a node of the graph")
             ps.append(idx[a])

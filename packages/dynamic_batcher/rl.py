@@ -427,7 +427,7 @@ class FSMPolicy(Policy):
         try:
             with open(path) as f:
                 doc = json.load(f)
-        except (OSError, json.JSONDecodeError) as e:
+        except (OSError, ValueError) as e:  # ValueError: bad JSON or bytes that are not UTF-8
             raise PolicyFileError(path, f"unreadable ({e})") from None
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise PolicyFileError(path, f"not a dynamic_batcher FSM policy "
@@ -437,20 +437,28 @@ class FSMPolicy(Policy):
             raise PolicyFileError(path, f"was trained for model {doc.get('model')!r} (fingerprint "
                                         f"{doc.get('fingerprint')}), not for model {model.name!r} (fingerprint "
                                         f"{model.fingerprint()})")
-        table = {_hashable(s): {str(k): float(v) for k, v in r.items()} for s, r in doc["table"]}
+        try:
+            table = {_hashable(s): {str(k): float(v) for k, v in r.items()} for s, r in doc["table"]}
+        except (KeyError, TypeError, ValueError, AttributeError):
+            raise PolicyFileError(path, "its 'table' is not a list of [state, {batch type: Q value}] rows") from None
         fb = doc.get("fallback", "typewise")
-        if fb not in FALLBACKS:
+        if not isinstance(fb, str) or fb not in FALLBACKS:
             raise PolicyFileError(path, f"unknown fallback {fb!r}; expected one of {sorted(FALLBACKS)}")
         search = doc.get("search", {})
         try:
             width, power = int(search.get("width", SEARCH_WIDTH)), int(search.get("power", 6))
         except (TypeError, ValueError, AttributeError):
             raise PolicyFileError(path, f"invalid search settings {search!r}") from None
-        p = cls(doc["encoding"], table, doc.get("fingerprint", ""), doc.get("model", ""), fallback=fb,
+        if doc.get("encoding") not in ENCODINGS:
+            raise PolicyFileError(path, f"unknown encoding {doc.get('encoding')!r}; expected one of {list(ENCODINGS)}")
+        p = cls(doc["encoding"], table, str(doc.get("fingerprint", "")), str(doc.get("model", "")), fallback=fb,
                 search_width=width, search_power=power)
         tr = doc.get("train", {})
-        p.stats = TrainStats(episodes=tr.get("episodes", 0), seconds=tr.get("seconds", 0.0),
-                             best_batches=tr.get("best_batches", 0), lower_bound=tr.get("lower_bound", 0))
+        try:
+            p.stats = TrainStats(episodes=int(tr.get("episodes", 0)), seconds=float(tr.get("seconds", 0.0)),
+                                 best_batches=int(tr.get("best_batches", 0)), lower_bound=int(tr.get("lower_bound", 0)))
+        except (AttributeError, TypeError, ValueError):
+            raise PolicyFileError(path, f"invalid 'train' record {tr!r}") from None
         return p
 
 

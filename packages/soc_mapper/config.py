@@ -19,6 +19,40 @@ def _check(cond: bool, path: str, msg: str, value: object) -> None:
         raise MapperError(path, f"{msg}, got {value!r}", value)
 
 
+def _type_ok(v: object, hint: str) -> bool:
+    """Whether ``v`` fits the annotation ``hint`` (the forms these configs use: int, float, bool, str, X | None,
+    list[str], and nested configs given as a mapping)."""
+    alts = [h.strip() for h in hint.split("|")]
+    if v is None:
+        return "None" in alts
+    for h in alts:
+        if h == "bool" and isinstance(v, bool):
+            return True
+        if h == "int" and isinstance(v, int) and not isinstance(v, bool):
+            return True
+        if h == "float" and isinstance(v, (int, float)) and not isinstance(v, bool):
+            return True
+        if h == "str" and isinstance(v, str):
+            return True
+        if h.startswith("list[") and isinstance(v, (list, tuple)):
+            return all(_type_ok(x, h[5:-1]) for x in v)
+        if h[:1].isupper() and h != "None":  # a nested config: its own __post_init__ checks it
+            return True
+    return False
+
+
+def _check_types(obj: object, prefix: str) -> None:
+    """Every field's value has its annotated type (before any range check compares it), named by path."""
+    import dataclasses
+
+    for f in dataclasses.fields(obj):
+        v = getattr(obj, f.name)
+        if not _type_ok(v, str(f.type)):
+            raise MapperError(f"{prefix}{f.name}", f"must be of type {f.type}, got {type(v).__name__} {v!r}", v)
+        if isinstance(v, float) and v != v:
+            raise MapperError(f"{prefix}{f.name}", "must be a number, got NaN", v)
+
+
 @dataclass
 class GAConfig:
     """COMB's genetic search (defaults: the reference's)."""
@@ -77,6 +111,7 @@ class GAConfig:
 
     def __post_init__(self):
         p = "ga"
+        _check_types(self, f"{p}.")
         _check(self.population >= 2, f"{p}.population", "must be >= 2", self.population)
         _check(self.generations >= 0, f"{p}.generations", "must be >= 0", self.generations)
         for f in ("mutation_rate", "crossover_rate", "freeze_fraction", "crossover_keep_fraction"):
@@ -144,6 +179,7 @@ class MagmaConfig:
 
     def __post_init__(self):
         p = "magma"
+        _check_types(self, f"{p}.")
         _check(self.population >= 4 and self.population % 2 == 0, f"{p}.population", "must be even and >= 4",
                self.population)
         _check(self.generations >= 0, f"{p}.generations", "must be >= 0", self.generations)
@@ -184,6 +220,7 @@ class H2HConfig:
     """Wall-clock cap on the refinement, s (None: none; the bench uses evaluation budgets only)."""
 
     def __post_init__(self):
+        _check_types(self, "h2h.")
         _check(self.max_passes >= 0, "h2h.max_passes", "must be >= 0", self.max_passes)
         _check(self.local_search_rounds is None or self.local_search_rounds >= 0, "h2h.local_search_rounds",
                "must be >= 0 or null", self.local_search_rounds)
@@ -218,6 +255,7 @@ class RunConfig:
     h2h: H2HConfig = field(default_factory=H2HConfig)
 
     def __post_init__(self):
+        _check_types(self, "")
         if isinstance(self.ga, dict):
             self.ga = GAConfig(**self.ga)
         if isinstance(self.magma, dict):

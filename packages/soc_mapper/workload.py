@@ -303,6 +303,8 @@ def load_user_mix(mix: str | Sequence[object], copies: int | None = None, elem_b
     (1 when not given). A single model name or file is a one-model mix."""
     if isinstance(mix, str) and mix in MIXES:
         return load_mix(mix, copies=copies, elem_bytes=elem_bytes)
+    if not isinstance(mix, (str, Mapping, list, tuple)):
+        raise MapperError(where, f"must be a mix name, a model, a graph file or a list of those, got {mix!r}", mix)
     entries = [mix] if isinstance(mix, (str, Mapping)) else list(mix)
     if not entries:
         raise MapperError(where, f"needs at least one model (or a reference mix: {sorted(MIXES)})", mix)
