@@ -363,3 +363,236 @@ def lstm_cell_tail(p: str, gi: Tensor, gf: Tensor, gg: Tensor, go: Tensor, c: Te
     c = add(binary(f"{p}.c", fc, ig, "add", f"{p}.c"))
     tc = add(unary(f"{p}.tc", c, "tanh", f"{p}.tc", 4))
     return c, add(binary(f"{p}.h", so, tc, "mul", f"{p}.h"))
+
+
+# --- kinds of the torch.export frontend: N-d and transposed convs, interpolation, attention, norms, opaque --------
+_SP_OUT = {1: ("p",), 2: ("p", "q"), 3: ("z", "p", "q")}
+_SP_KER = {1: ("r",), 2: ("r", "s"), 3: ("t", "r", "s")}
+
+
+def _ntuple(v: "int | Sequence[int]", n: int, field: str, where: str) -> tuple[int, ...]:
+    t = (int(v),) * n if isinstance(v, int) else tuple(int(x) for x in v)
+    t = t * n if len(t) == 1 else t
+    if len(t) != n:
+        raise ShapeError(f"ops.{where}.{field}", f"{len(t)} values for {n} spatial axes", t)
+    return t
+
+
+def _conv_params(name: str, x: Tensor, w: Tensor, stride, padding, dilation, what: str):
+    n = len(w.shape) - 2
+    if n not in (1, 2, 3) or len(x.shape) != n + 2:
+        raise ShapeError(f"ops.{name}", f"{what}: input {list(x.shape)} and weight {list(w.shape)} are not a batched "
+                                        "1-, 2- or 3-d convolution")
+    return n, _ntuple(stride, n, "stride", name), _ntuple(padding, n, "padding", name), \
+        _ntuple(dilation, n, "dilation", name)
+
+
+def conv(name: str, x: Tensor, w: Tensor, out: "str | Tensor", bias: Tensor | None = None,
+         stride: "int | Sequence[int]" = 1, padding: "int | Sequence[int]" = 0,
+         dilation: "int | Sequence[int]" = 1, groups: int = 1) -> Op:
+    """Convolution over 1, 2 or 3 spatial axes (kinds ``conv1d``, :func:`conv2d`, ``conv3d``), as conv2d:
+    O[b, g·Kg+k, p..] += I[b, g·Cg+c, p·s + r·d − pad, ..] · W[g·Kg+k, c, r..]. Spatial dims: output ``p`` /
+    ``p q`` / ``z p q``, kernel ``r`` / ``r s`` / ``t r s``."""
+    n, st, pd, dl = _conv_params(name, x, w, stride, padding, dilation, "conv")
+    if n == 2:
+        return conv2d(name, x, w, out, bias, st, pd, dl, groups)
+    (B, Cin, *sp), (K, Cg, *ks) = x.shape, w.shape
+    if Cin % groups or K % groups or Cin // groups != Cg:
+        raise ShapeError(f"ops.{name}", f"conv channels: input {Cin}, weight {list(w.shape)}, groups {groups} disagree")
+    osz = [(sp[i] + 2 * pd[i] - dl[i] * (ks[i] - 1) - 1) // st[i] + 1 for i in range(n)]
+    if min(osz) < 1:
+        raise ShapeError(f"ops.{name}", f"conv output would be empty ({osz}) for input {sp}, kernel {ks}")
+    Kg, g, od, kd = K // groups, groups > 1, _SP_OUT[n], _SP_KER[n]
+    o = _out(out, (B, K, *osz), x.dtype, name)
+    dims = ((Dim("b", B),) + ((Dim("g", groups),) if g else ()) + (Dim("k", Kg),)
+            + tuple(Dim(v, e) for v, e in zip(od, osz)) + (Dim("c", Cg, True),)
+            + tuple(Dim(v, e, True) for v, e in zip(kd, ks)))
+    kk = A("g") * Kg + A("k") if g else A("k")
+    cc = A("g") * Cg + A("c") if g else A("c")
+    xi = tuple(A(od[i]) * st[i] + A(kd[i]) * dl[i] + (-pd[i]) for i in range(n))
+    ins = [Access(x, (A("b"), cc) + xi), Access(w, (kk, A("c")) + tuple(A(v) for v in kd))]
+    if bias is not None:
+        ins.append(Access(bias, (kk,)))
+    attrs = {"stride": st, "padding": pd, "dilation": dl, "groups": groups, "padded": any(pd)}
+    return Op(name, OpKind.conv1d if n == 1 else OpKind.conv3d, dims, tuple(ins),
+              (Access(o, (A("b"), kk) + tuple(A(v) for v in od)),), attrs)
+
+
+def conv_transpose(name: str, x: Tensor, w: Tensor, out: "str | Tensor", bias: Tensor | None = None,
+                   stride: "int | Sequence[int]" = 1, padding: "int | Sequence[int]" = 0,
+                   dilation: "int | Sequence[int]" = 1, groups: int = 1,
+                   output_padding: "int | Sequence[int]" = 0) -> Op:
+    """Transposed convolution over 1-3 spatial axes: each input point scatters a kernel window,
+    O[b, g·Kg+k, p·s + r·d − pad, ..] += I[b, g·Cg+c, p, ..] · W[g·Cg+c, k, r, ..].
+
+    The nest loops over the *input* positions (``p`` / ``p q`` / ``z p q``) and the kernel (``r..``): the output
+    index is affine in both, so the kernel dims index the output and are not reduction dims (``c`` is). MACs are
+    B·Cin·Kg·Π input·Π kernel, torch's flop-counter formula; points whose write falls in the cropped padding are
+    computed and dropped, so they are outside the output footprint."""
+    n, st, pd, dl = _conv_params(name, x, w, stride, padding, dilation, "conv_transpose")
+    op_ = _ntuple(output_padding, n, "output_padding", name)
+    (B, Cin, *sp), (Cw, Kg, *ks) = x.shape, w.shape
+    if Cin != Cw or Cin % groups:
+        raise ShapeError(f"ops.{name}",
+                         f"conv_transpose channels: input {Cin}, weight {list(w.shape)}, groups {groups} disagree")
+    osz = [(sp[i] - 1) * st[i] - 2 * pd[i] + dl[i] * (ks[i] - 1) + op_[i] + 1 for i in range(n)]
+    if min(osz) < 1:
+        raise ShapeError(f"ops.{name}", f"conv_transpose output would be empty ({osz}) for input {sp}")
+    Cg, g, od, kd = Cin // groups, groups > 1, _SP_OUT[n], _SP_KER[n]
+    o = _out(out, (B, Kg * groups, *osz), x.dtype, name)
+    dims = ((Dim("b", B),) + ((Dim("g", groups),) if g else ()) + (Dim("k", Kg),)
+            + tuple(Dim(v, e) for v, e in zip(od, sp)) + (Dim("c", Cg, True),)
+            + tuple(Dim(v, e) for v, e in zip(kd, ks)))
+    kk = A("g") * Kg + A("k") if g else A("k")
+    cc = A("g") * Cg + A("c") if g else A("c")
+    ins = [Access(x, (A("b"), cc) + tuple(A(v) for v in od)), Access(w, (cc, A("k")) + tuple(A(v) for v in kd))]
+    if bias is not None:
+        ins.append(Access(bias, (kk,)))
+    oi = tuple(A(od[i]) * st[i] + A(kd[i]) * dl[i] + (-pd[i]) for i in range(n))
+    attrs = {"stride": st, "padding": pd, "dilation": dl, "groups": groups, "output_padding": op_,
+             "padded": any(pd)}
+    return Op(name, OpKind.conv_transpose, dims, tuple(ins), (Access(o, (A("b"), kk) + oi),), attrs)
+
+
+def _interp_axis(a: int, n: int, m: int, where: str) -> tuple[list[Dim], AffineExpr, AffineExpr]:
+    """Dims, input index and output index of one axis of a linear interpolation from ``n`` to ``m`` points
+    (align_corners=False): see :func:`interpolate`."""
+    i, h, j, t = f"i{a}", f"h{a}", f"j{a}", f"t{a}"
+    if m == n:
+        return [Dim(i, n)], A(i), A(i)
+    if m > n and m % n == 0 and (m // n) % 2 == 0:
+        f = m // n
+        dims = [Dim(i, n), Dim(h, 2)] + ([Dim(j, f // 2)] if f > 2 else []) + [Dim(t, 2, True)]
+        oi = A(i) * f + A(h) * (f // 2) + (A(j) if f > 2 else 0)
+        return dims, A(i) + A(h) + A(t) + (-1), oi
+    if m < n and n % m == 0:
+        f = n // m
+        if f % 2:
+            return [Dim(i, m)], A(i) * f + (f - 1) // 2, A(i)
+        return [Dim(i, m), Dim(t, 2, True)], A(i) * f + A(t) + (f // 2 - 1), A(i)
+    raise ShapeError(f"ops.{where}", f"linear interpolation {n} -> {m} along axis {a} has no exact loop nest "
+                                     "(covered: same size, an even integer upsampling factor, an integer "
+                                     "downsampling factor)", (n, m))
+
+
+def interpolate(name: str, x: Tensor, out: "str | Tensor", size: Sequence[int], mode: str = "bilinear",
+                align_corners: bool = False) -> Op:
+    """Linear / bilinear / trilinear interpolation of the trailing 1 / 2 / 3 axes to ``size``: per output point,
+    two taps per axis gathered with fixed weights (kind ``interpolate``, 2 FLOPs per tap).
+
+    Affine, with the footprint equal to the inputs of non-zero weight, for align_corners=False (torch's default)
+    when each axis keeps its size, is upsampled by an even integer factor f — output row f·i + (f/2)·h + j
+    (h < 2, j < f/2) reads rows i + h + t − 1 (t < 2; rows −1 and H are the clamped border, weight 0) — or is
+    downsampled by an integer factor f — output row o reads f·o + f/2 − 1 + t (f even) or f·o + (f−1)/2 (f odd).
+    Other ratios, and align_corners=True on a resized axis, raise ShapeError."""
+    nsp = {"linear": 1, "bilinear": 2, "trilinear": 3}.get(mode)
+    if nsp is None or len(x.shape) < nsp or len(size) != nsp:
+        raise ShapeError(f"ops.{name}", f"interpolate mode {mode!r} of {list(x.shape)} to {list(size)}", mode)
+    lead = len(x.shape) - nsp
+    if align_corners and tuple(size) != tuple(x.shape[lead:]):
+        raise ShapeError(f"ops.{name}", "align_corners=True resamples on a grid with no exact loop nest", size)
+    d = _dn(lead)
+    dims, xi, oi = [Dim(v, e) for v, e in zip(d, x.shape)], [A(v) for v in d], [A(v) for v in d]
+    for a in range(nsp):
+        ds, i_in, i_out = _interp_axis(lead + a, x.shape[lead + a], int(size[a]), name)
+        dims += ds
+        xi.append(i_in)
+        oi.append(i_out)
+    o = _out(out, (*x.shape[:lead], *size), x.dtype, name)
+    attrs = {"mode": mode, "align_corners": bool(align_corners), "size": tuple(int(s) for s in size),
+             "padded": True}
+    return Op(name, OpKind.interpolate, tuple(dims), (Access(x, tuple(xi)),), (Access(o, tuple(oi)),), attrs, 2)
+
+
+def elementwise(name: str, xs: Sequence[Tensor], fn: str, out: "str | Tensor", flops_per_point: int = 1) -> Op:
+    """Y = fn(X0, X1, ..) with numpy broadcasting over any number of operands (``where``: condition, a, b)."""
+    shape = _broadcast([t.shape for t in xs], name)
+    d = _dn(len(shape))
+    o = _out(out, shape, xs[0].dtype, name)
+    seen: dict[str, Access] = {}
+    for t in xs:
+        seen.setdefault(t.name, Access(t, _bcast_index(t.shape, d)))
+    return Op(name, OpKind.elementwise, tuple(Dim(v, e) for v, e in zip(d, shape)), tuple(seen.values()),
+              (Access(o, tuple(A(v) for v in d)),), {"fn": fn}, flops_per_point)
+
+
+def rmsnorm(name: str, x: Tensor, out: "str | Tensor", weight: Tensor | None = None, normalized_ndim: int = 1) -> Op:
+    """Y = X / √(mean(X²) + eps) · w over the last ``normalized_ndim`` axes: a ``layernorm``-kind nest (one
+    reduction and one elementwise pass) with ``fn: rms_norm`` and ≈4 FLOPs per point (no mean subtraction)."""
+    op = layernorm(name, x, out, weight, None, normalized_ndim)
+    return Op(name, op.kind, op.dims, op.inputs, op.outputs, {**op.attr_dict, "fn": "rms_norm"}, 4)
+
+
+def groupnorm(name: str, x: Tensor, out: "str | Tensor", groups: int, weight: Tensor | None = None,
+              bias: Tensor | None = None) -> Op:
+    """GroupNorm: statistics over each of ``groups`` channel groups and the spatial axes, affine per channel."""
+    if len(x.shape) < 2 or x.shape[1] % groups:
+        raise ShapeError(f"ops.{name}", f"group_norm: {groups} groups do not divide the channels of {list(x.shape)}")
+    d = _dn(len(x.shape))
+    o = _out(out, x.shape, x.dtype, name)
+    idx = tuple(A(v) for v in d)
+    ins = [Access(x, idx)] + [Access(t, (A("d1"),)) for t in (weight, bias) if t is not None]
+    return Op(name, OpKind.layernorm, tuple(Dim(v, e) for v, e in zip(d, x.shape)), tuple(ins), (Access(o, idx),),
+              {"fn": "group_norm", "groups": int(groups)}, 8)
+
+
+def _heads(name: str, q: Tensor, k: Tensor, v: Tensor):
+    """Batch dims of attention and the per-operand index of them; grouped-query heads on axis −3."""
+    bq, bk, bv = q.shape[:-2], k.shape[:-2], v.shape[:-2]
+    if k.shape[-1] != q.shape[-1] or k.shape[-2] != v.shape[-2] or bk != bv:
+        raise ShapeError(f"ops.{name}", f"attention shapes q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)}")
+    if not bq or not bk or len(bk) != len(bq) or bq[-1] == bk[-1]:
+        batch = _broadcast([bq, bk], name)
+        bd = [f"b{i}" for i in range(len(batch))]
+        dims = [Dim(x, e) for x, e in zip(bd, batch)]
+        return dims, _bcast_index(bq, bd), _bcast_index(bk, bd), tuple(A(x) for x in bd), batch
+    Hq, Hk = bq[-1], bk[-1]
+    if Hq % Hk:
+        raise ShapeError(f"ops.{name}", f"{Hq} query heads are not a multiple of {Hk} key/value heads")
+    G, lead = Hq // Hk, _broadcast([bq[:-1], bk[:-1]], name)
+    ld = [f"b{i}" for i in range(len(lead))]
+    hk, g = f"b{len(lead)}", f"b{len(lead) + 1}"
+    dims = [Dim(x, e) for x, e in zip(ld, lead)] + [Dim(hk, Hk), Dim(g, G)]
+    qh = A(hk) * G + A(g)
+    return (dims, _bcast_index(bq[:-1], ld) + (qh,), _bcast_index(bk[:-1], ld) + (A(hk),),
+            tuple(A(x) for x in ld) + (qh,), (*lead, Hq))
+
+
+def attention(name: str, q: Tensor, k: Tensor, v: Tensor, out: "str | Tensor", mask: Tensor | None = None,
+              scale: float | None = None, causal_mask: Tensor | None = None) -> list[Op]:
+    """Scaled dot-product attention as its math backend computes it, as the ops chain finders look for:
+    ``<name>.scores`` = Q·Kᵀ (batch_matmul reading K[.., n, k]), ``.scaled`` (mul_scalar), ``.causal`` /
+    ``.masked`` (add; masked_fill for a boolean mask, True = attend), ``.probs`` (softmax), then ·V (``name``).
+    Grouped-query attention (fewer key/value heads on axis −3): query head b·G + g reads key/value head b, in
+    place, as torch's ``enable_gqa``."""
+    dims, qi, ki, si, batch = _heads(name, q, k, v)
+    L, S, E, Ev = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    s = Tensor(f"{name}.scores", (*batch, L, S), q.dtype)
+    qk = Op(s.name, OpKind.batch_matmul, tuple(dims) + (Dim("m", L), Dim("n", S), Dim("k", E, True)),
+            (Access(q, qi + (A("m"), A("k"))), Access(k, ki + (A("n"), A("k")))), (Access(s, si + (A("m"), A("n"))),))
+    sc = unary(f"{name}.scaled", s, "mul_scalar", f"{name}.scaled")
+    sc = Op(sc.name, sc.kind, sc.dims, sc.inputs, sc.outputs,
+            {"fn": "mul_scalar", "scalar": float(scale) if scale is not None else 1.0 / math.sqrt(E)}, 1)
+    ops = [qk, sc]
+    for m, suffix in ((causal_mask, "causal"), (mask, "masked")):
+        if m is not None:
+            fn = "masked_fill" if m.dtype == DType.bool else "add"
+            ops.append(binary(f"{name}.{suffix}", ops[-1].outputs[0].tensor, m, fn, f"{name}.{suffix}"))
+    p = softmax(f"{name}.probs", ops[-1].outputs[0].tensor, f"{name}.probs", -1)
+    o = _out(out, (*batch, L, Ev), q.dtype, name)
+    pt = p.outputs[0].tensor
+    pv = Op(name, OpKind.batch_matmul, tuple(dims) + (Dim("m", L), Dim("n", Ev), Dim("k", S, True)),
+            (Access(pt, si + (A("m"), A("k"))), Access(v, ki + (A("k"), A("n")))), (Access(o, si + (A("m"), A("n"))),))
+    return ops + [p, pv]
+
+
+def opaque(name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor], target: str, location: str = "") -> Op:
+    """An operator no frontend translates, kept so the rest of a graph imports: it reads and writes whole tensors
+    (one flat loop per tensor; inputs' loops are reductions) and counts no FLOPs. ``target`` names the operator."""
+    ins: dict[str, Tensor] = {t.name: t for t in inputs}
+    dims = [Dim(f"i{j}", t.numel, True) for j, t in enumerate(ins.values())]
+    dims += [Dim(f"o{j}", t.numel) for j, t in enumerate(outputs)]
+    return Op(name, OpKind.opaque, tuple(dims),
+              tuple(Access(t, (A(f"i{j}"),), flat=True) for j, t in enumerate(ins.values())),
+              tuple(Access(t, (A(f"o{j}"),), flat=True) for j, t in enumerate(outputs)),
+              {"target": target, **({"location": location} if location else {})}, 0)
