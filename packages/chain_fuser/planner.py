@@ -9,7 +9,7 @@ from typing import Any
 
 from shared_ir.hostinfo import fma_pipes
 
-from . import calibrate, hw
+from . import hw, micro_rates
 from .errors import InfeasiblePlanError, UnsupportedChainError
 from .model import ChainNest, LevelPlan, MicroKernel, Plan, search_level
 from .spec import ConvChain, GemmChain, chain_nest
@@ -157,7 +157,7 @@ def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, 
             continue
         acc = mk.mr * mk.nr // mk.vector_lanes
         # core-cycles → seconds: one cycle of all cores issues pipes × lanes FMAs (2 flops each) per core
-        f = calibrate.factor(device, mk)
+        f = micro_rates.factor(device, mk)
         if f is not None:  # measured on this machine: the kernel's own rate over the padded work
             compute = padded_flops(spec, mk) / peak * f
         else:
@@ -416,7 +416,7 @@ def _plans_for_micro(spec, dev, top_k: int, fusion_level: str | None, peak: floa
     # outer levels first; each inner level's tiles are capped by the outer level's best tiles
     flops = padded_flops(spec, mk)
     # the micro kernel's rate as measured on this machine (calibrate.factor: 1.0 where none was measured)
-    compute_s = flops / peak * (calibrate.factor(dev, mk) or 1.0)
+    compute_s = flops / peak * (micro_rates.factor(dev, mk) or 1.0)
     per_level: dict[str, list[LevelPlan]] = {}
     caps: dict[str, int] | None = None
     last_fuse = max(names.index(f) for f in fuse_levels)
