@@ -420,6 +420,7 @@ def render_markdown(rows: Sequence[st.JobRow], *, sweep_id: str, store_path: Pat
            table(["package", "reference system", "headline figures measured", "jobs done", "failed",
                   "unfinished"], overview), ""]
     md += sections
+    md += _fault_section(results_dir)
     bad = [r for r in rows if r.status != "done"]
     if bad:
         md += ["## Failed and unfinished jobs", ""]
@@ -429,6 +430,24 @@ def render_markdown(rows: Sequence[st.JobRow], *, sweep_id: str, store_path: Pat
                                                       if r.status == "running" else ""),
                        f"{r.out_dir}/stderr.log" if r.out_dir else "—") for r in bad]), ""]
     return "\n".join(md).rstrip() + "\n"
+
+
+def _fault_section(results_dir: Path) -> list[str]:
+    """The fault sweep's table (``experiments.faults``, written by ``make reproduce`` to ``faults.json``)."""
+    import json
+
+    p = Path(results_dir) / "faults.json"
+    try:
+        doc = json.loads(p.read_text())
+        rows = [(c["package"], c["fault"], c["outcome"], c["detail"]) for c in doc["cases"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return ["## Fault sweep", "", f"Not run (no readable `{p}`; `python -m experiments.faults` writes it).", ""]
+    n_bad = sum(r[2] == "FAILED" for r in rows)
+    return ["## Fault sweep", "",
+            f"{len(rows) - n_bad} of {len(rows)} faults provoked in every package give a typed error naming the "
+            "file, field or node, or a recovery that keeps the rest of the work "
+            f"({n_bad} failed; `python -m experiments.faults`, `{p.name}`, `faults.csv`).", "",
+            table(["package", "fault", "outcome", "what the user gets"], rows), ""]
 
 
 def _package_section(pkg: str, rows: Sequence[st.JobRow], *, sweep_id: str, report_dir: Path,

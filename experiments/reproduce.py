@@ -473,8 +473,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f"{n_done} done, {n_skip} already done, {len(failed)} failed  (store {store.path}, sweep {sweep})",
           file=sys.stderr)
     if not args.no_report:
+        from .faults import run as fault_sweep
         from .report import write_report
 
+        try:  # the report's fault table; a sweep that cannot run must not lose the report
+            fault_sweep(str(Path(args.results_dir) / "faults.json"), log=lambda *a: None)
+        except Exception as e:  # noqa: BLE001
+            print(f"fault sweep did not run: {type(e).__name__}: {e}", file=sys.stderr)
         paths = write_report(store_path=store.path, sweep_id=sweep, report_dir=report_dir,
                              results_dir=Path(args.results_dir), scale=args.scale)
         print(f"report: {paths['md']}  {paths['html']}", file=sys.stderr)
