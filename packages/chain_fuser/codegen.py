@@ -202,25 +202,33 @@ def erf_rational(x):
 
 
 def _glue(C, spec: GemmChain, name: str = "P", bias=None):
-    """The op between the GEMMs as a stage over C's tile: scale, bias (over l), then relu/gelu."""
+    """The op between the GEMMs as a stage over C's tile: scale, bias (over l), then relu/gelu. Padded columns
+    (l >= L) are set to zero: they meet zero rows of Dp, and an inf in A makes them inf·0 = NaN, which would
+    turn the row's outputs NaN where eager gives ±inf. (Without a glue stage they stay unmasked: a stage of its
+    own would cost the plain chains time; there an inf in A may turn its row's ±inf outputs into NaN.)"""
     from tvm import te, tirx
 
     L = spec.L
+    padded = int(C.shape[2]) > L
+    zero = tirx.const(0.0, "float32")
 
     def pre(i, m, l):
         x = C[i, m, l] * spec.scale if spec.scale != 1.0 else C[i, m, l]
-        # padded columns (l >= L) meet zero rows of Dp: whatever they hold contributes nothing
         return x + bias[tirx.min(l, L - 1)] if bias is not None else x
 
+    def stage(f):
+        body = (lambda i, m, l: tirx.if_then_else(l < L, f(i, m, l), zero)) if padded else f
+        return te.compute(C.shape, body, name=name)
+
     if spec.glue == "relu":
-        return te.compute(C.shape, lambda i, m, l: relu(pre(i, m, l)), name=name)
+        return stage(lambda i, m, l: relu(pre(i, m, l)))
     if spec.glue == "gelu":
         def g(i, m, l):
             x = pre(i, m, l)
             return x * 0.5 * (1.0 + erf_rational(x * (1.0 / math.sqrt(2.0))))
-        return te.compute(C.shape, g, name=name)
+        return stage(g)
     if spec.glue == "scale" or spec.scale != 1.0 or bias is not None:
-        return te.compute(C.shape, pre, name=name)
+        return stage(pre)
     return None
 
 

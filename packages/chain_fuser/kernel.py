@@ -353,8 +353,8 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
                            tvm.__version__, _CODEGEN_VERSION, *extra)
 
 
-_CODEGEN_VERSION = 19  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 10  # the same, for the Winograd kernels alone
+_CODEGEN_VERSION = 20  # bump when generated code changes: stale cached kernels are then ignored
+_WINOGRAD_VERSION = 11  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,

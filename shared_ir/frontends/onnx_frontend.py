@@ -293,8 +293,12 @@ class _Translator:
             return True
         from onnx.reference import ReferenceEvaluator
 
-        ev = ReferenceEvaluator(node, opsets={"": self.opset})
-        res = ev.run(None, {n: self.consts[n] for n in ins})
+        try:
+            ev = ReferenceEvaluator(node, opsets={"": self.opset})
+            res = ev.run(None, {n: self.consts[n] for n in ins})
+        except Exception as e:  # noqa: BLE001 - onnx's evaluator raises anything for an op it does not know
+            raise UnsupportedOpError([(f"{node.op_type or '<no op_type>'} (constant folding: {type(e).__name__}: "
+                                       f"{str(e)[:200]})", f"node {node.name or node.output[0]!r}")]) from None
         for o, v in zip(node.output, res):
             if o:
                 self.consts[o] = np.asarray(v)
