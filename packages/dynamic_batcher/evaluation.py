@@ -285,12 +285,19 @@ def _throughput(med: dict, batch: int, sc: dict) -> dict[str, Any]:
 def _fresh_times(wl, make, mbs: list, train: bool, seed: int) -> dict[str, Any]:
     """Seconds per minibatch (both clocks) of ``make()``'s ops (None: eager) on the fresh minibatches ``mbs[1:]``
     after one warm-up on ``mbs[0]``: inference, then (``train``) the SGD step DyNet's child runs, same labels."""
+    import torch
+
     from shared_ir.benchkit import Timing, time_call
 
     from . import dynet_ref
 
     ops = make()
-    phases = {"inference": lambda mb, k: _run_once(wl, mb, ops)}
+
+    def infer(mb, k):
+        with torch.no_grad():  # as DyNet's forward: no autograd record (the training step made weights need grad)
+            return _run_once(wl, mb, ops)
+
+    phases = {"inference": infer}
     if train:
         n_out = dynet_ref.n_outputs(wl)
         phases["train"] = lambda mb, k: dynet_ref.train_step(wl, make(), mb,
