@@ -17,6 +17,9 @@ def main(argv=None) -> int:
                     help="MCTS iterations when the mapping has free factors (>= 1)")
     ap.add_argument("--objective", choices=["cycles", "energy"], default="cycles")
     ap.add_argument("--json", action="store_true", help="print the full result as JSON")
+    ap.add_argument("--solve-names", action="store_true",
+                    help="solve a factor name that is no macro from its dimension's loop count, as TileFlow's "
+                         "mapper fixes it (default: such a name is an error)")
     a = ap.parse_args(argv)
     from .errors import FusionPerfError
     from .mapping import dump_mapping, free_variables
@@ -26,7 +29,7 @@ def main(argv=None) -> int:
 
     inp = None
     try:
-        prob, arch, tree, inp = load_inputs(a.files)
+        prob, arch, tree, inp = load_inputs(a.files, solve_names=a.solve_names)
         chk = inp.data.get("check") or {}
         check = not (isinstance(chk, dict) and (chk.get("mem") is False or chk.get("spatial") is False))
         if free_variables(tree):

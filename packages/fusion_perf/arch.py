@@ -6,10 +6,11 @@ from a TileFlow/Timeloop v0.2 architecture tree (:mod:`fusion_perf.tileflow_io`)
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .errors import ArchError
+from .semantics import PROJECT, Semantics, as_semantics
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,30 @@ class Level:
     """Instances along y."""
     word_bytes: int = 2
     """Bytes per word."""
+    block_size: int = 1
+    """Words per vector access (Timeloop's ``block-size``): energies are per vector access of this many words."""
+    shared_bw: float = math.inf
+    """Words per cycle of reads plus writes together (Timeloop's ``shared_bandwidth``; ``inf``: no shared limit)."""
+    fill_energy: float | None = None
+    """pJ per fill (write from the parent); ``None``: ``write_energy``."""
+    update_energy: float | None = None
+    """pJ per update (write from a child or the compute); ``None``: ``write_energy``."""
+    cls: str = ""
+    """Component class (``DRAM``, ``SRAM``, ``regfile``, ...), as the architecture file names it."""
+
+    @property
+    def fill_e(self) -> float:
+        return self.write_energy if self.fill_energy is None else self.fill_energy
+
+    @property
+    def update_e(self) -> float:
+        return self.write_energy if self.update_energy is None else self.update_energy
 
     def __post_init__(self):
-        for f in ("capacity_words", "read_bw", "write_bw"):
+        if isinstance(self.block_size, bool) or not isinstance(self.block_size, int) or self.block_size < 1:
+            raise ArchError(f"levels.{self.name}.block_size", f"must be an integer >= 1, got {self.block_size!r}",
+                            self.block_size)
+        for f in ("capacity_words", "read_bw", "write_bw", "shared_bw"):
             v = getattr(self, f)
             if not (v > 0):
                 raise ArchError(f"levels.{self.name}.{f}", f"must be > 0, got {v!r}", v)
@@ -59,9 +81,12 @@ class Arch:
     mac_energy: float = 0.0
     """pJ per op point (MAC)."""
     name: str = "arch"
+    semantics: Semantics = PROJECT
+    """Counting and timing rules (:mod:`fusion_perf.semantics`): TileFlow/Timeloop files get ``REFERENCE``."""
 
     def __post_init__(self):
         object.__setattr__(self, "levels", tuple(self.levels))
+        object.__setattr__(self, "semantics", as_semantics(self.semantics, f"{self.name}.semantics"))
         if not self.levels:
             raise ArchError(f"{self.name}.levels", "at least one storage level is required")
         names = [lv.name for lv in self.levels]
@@ -94,7 +119,11 @@ class Arch:
         return max(1, px // lv.mesh_x), max(1, py // lv.mesh_y)
 
     def signature(self) -> tuple:
-        return (self.levels, self.num_pes, self.pe_mesh, self.mac_energy)
+        return (self.levels, self.num_pes, self.pe_mesh, self.mac_energy, self.semantics)
+
+    def with_semantics(self, semantics: Any) -> "Arch":
+        """The same architecture under other rules: a :class:`Semantics`, ``"reference"`` or ``"project"``."""
+        return replace(self, semantics=as_semantics(semantics))
 
     # --- constructors ----------------------------------------------------------------------------------------
     @staticmethod

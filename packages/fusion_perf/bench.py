@@ -11,7 +11,12 @@ head rows are split over the instances (``flat_hgran_split``) and FLAT at row gr
 shape and as geomeans; ``seed_spread`` (max over a subset
 of shapes of (max − min)/min of the best cycles over seeds); ``conv_chain`` (``geomean_vs_fused_layer``: best fused
 dataflow vs the Fused-Layer structure on 3x3→1x1, 3x3→3x3 and 1x1→3x3 conv chains); ``wall_s``, ``cpu_s``,
-``load_average`` and what the small scale reduces (``reduced``).
+``load_average`` and what the small scale reduces (``reduced``). Against the reference's own tools, on TileFlow's
+validation inputs (``fusion_perf.validation``; the points of ``../shared/reference/fusion_perf_validation/`` when
+present, else the copies in ``examples/validation``): ``timeloop_cycles_equal_fraction`` (single-GEMM mappings
+whose cycles equal Timeloop's exactly), ``timeloop_energy_max_rel_err`` (worst energy error against Timeloop's),
+``tileflow_fused_cycles_max_rel_err`` (worst cycle error of the fused GEMM→GEMM mappings against TileFlow's),
+with the point counts and sources under ``validation``.
 """
 from __future__ import annotations
 
@@ -68,6 +73,15 @@ def bench_exact(n: int, seed0: int = 10_000) -> dict:
             bad.append(s)
     return {"exact_fraction": ok / n, "n_random_mappings": n, "inexact_seeds": bad[:20],
             "exact_check_s": time.perf_counter() - t, "simulator": "fusion_perf.tracesim"}
+
+
+def bench_validation() -> dict:
+    """The reference's validation points (single GEMM vs Timeloop, fused GEMM→GEMM vs TileFlow)."""
+    from .validation import compare
+
+    v = compare()
+    keys = ("timeloop_cycles_equal_fraction", "timeloop_energy_max_rel_err", "tileflow_fused_cycles_max_rel_err")
+    return {**{k: v[k] for k in keys}, "validation": {k: x for k, x in v.items() if k not in keys}}
 
 
 def attention_tree():
@@ -251,6 +265,13 @@ def main(argv=None) -> int:
     res.update(bench_exact(sc["n_random"]))
     if res["exact_fraction"] is not None:
         print(f"  exact_fraction {res['exact_fraction']:.4f} of {res['n_random_mappings']}", flush=True)
+    print("validation: TileFlow's own inputs vs Timeloop (single GEMM) and TileFlow (fused GEMM->GEMM) ...",
+          flush=True)
+    res.update(bench_validation())
+    print(f"  timeloop_cycles_equal_fraction {res['timeloop_cycles_equal_fraction']:.4f} of "
+          f"{res['validation']['timeloop_points']}, timeloop_energy_max_rel_err "
+          f"{res['timeloop_energy_max_rel_err']:.2e}, tileflow_fused_cycles_max_rel_err "
+          f"{res['tileflow_fused_cycles_max_rel_err']:.2e} over {res['validation']['tileflow_points']}", flush=True)
     res.update(bench_speed())
     print(f"speed: {res['us_per_eval']:.0f} us per fused attention evaluation (target < 1000), "
           f"{res['evals_per_s_batched']:.0f} evals/s batched (target > 10000)", flush=True)
@@ -266,6 +287,9 @@ def main(argv=None) -> int:
     res["load_average"] = list(os.getloadavg())
     print("\nsummary")
     print(f"  exact_fraction        {res['exact_fraction']:.4f}  ({res['n_random_mappings']} mappings)")
+    print(f"  timeloop cycles equal {res['timeloop_cycles_equal_fraction']:.4f}, energy max err "
+          f"{res['timeloop_energy_max_rel_err']:.2e}; tileflow fused cycles max err "
+          f"{res['tileflow_fused_cycles_max_rel_err']:.2e}")
     print(f"  us_per_eval           {res['us_per_eval']:.0f}")
     print(f"  evals_per_s_batched   {res['evals_per_s_batched']:.0f}")
     for k, v in res["attention_dse"].items():

@@ -1,6 +1,10 @@
 """Mapping trees: Tile nodes (temporal/spatial loops), Scope nodes and Op leaves; built in Python, loaded and
 saved as YAML in the TileFlow node syntax (``node-type``, ``type``, ``factors``, ``permutation``, ``target``,
-``bypass``, ``split``, ``subtree``).
+``bypass``, ``split``, ``subtree``). As in TileFlow and Timeloop, a temporal node's ``permutation`` lists its loops
+innermost first (``permutation: KMN`` runs N outermost, K innermost); without one the loops run in the order the
+``factors`` list them, outermost first. A spatial node's ``permutation`` orders its loops for ``split``: the
+first ``split`` go along mesh x, the rest along y. In Python (:func:`T`, :class:`Tile`) loops are always listed
+outermost first.
 
 A loop factor is an int, or a name: a macro (resolved when loading) or a free variable to be searched. In YAML,
 ``?`` is a free variable of that loop alone (``<dim>@<node path>``); another name that is no macro is an error
@@ -35,6 +39,8 @@ class Tile:
     bypass: tuple[str, ...] = ()
     split: int | None = None
     """Spatial loops before index ``split`` map along mesh x, the rest along y (None: only the product is checked)."""
+    profile: bool = True
+    """TileFlow's ``profile: False``: the accesses charged to this node count for cycles, not for energy."""
 
     def __post_init__(self):
         self.kind = self.kind.lower()
@@ -118,7 +124,7 @@ def substitute(node: Node, values: Mapping[str, int]) -> Node:
         return Scope(node.kind, [substitute(c, values) for c in node.children])
     loops = [(d, int(values[f]) if isinstance(f, str) and f in values else f) for d, f in node.loops]
     return Tile(node.target, loops, substitute(node.child, values) if node.child else None, node.kind,
-                node.bypass, node.split)
+                node.bypass, node.split, node.profile)
 
 
 # --- YAML (TileFlow node syntax) ------------------------------------------------------------------------------
@@ -223,13 +229,15 @@ def node_from_dict(d: Any, macros: Mapping[str, Any] | None = None, where: str =
         if "target" not in d:
             raise MappingError(f"{where}.target", "a Tile node needs a target storage level")
         loops, order = _parse_factors(d["factors"], macros, f"{where}.factors", where, free_names)
+        kind = str(d.get("type", "temporal")).lower()
         if d.get("permutation") is not None:
             perm = _parse_perm(d["permutation"], f"{where}.permutation")
             if sorted(perm) != sorted(order):
                 raise MappingError(f"{where}.permutation", f"permutation {perm} does not list the factor dims {order}",
                                    d["permutation"])
             fac = dict(loops)
-            loops = [(p, fac[p]) for p in perm]
+            # TileFlow/Timeloop list the innermost loop first; spatial loops keep the order (the first `split` on x)
+            loops = [(p, fac[p]) for p in (perm if kind.startswith("spat") else perm[::-1])]
         if len(kids) != 1:
             raise MappingError(f"{where}.subtree", f"a Tile node has exactly one child, got {len(kids)}")
         byp = d.get("bypass") or ()
@@ -242,8 +250,11 @@ def node_from_dict(d: Any, macros: Mapping[str, Any] | None = None, where: str =
             split = int(split)
         if split is not None and (isinstance(split, bool) or not isinstance(split, int) or split < 0):
             raise MappingError(f"{where}.split", f"must be an integer >= 0, got {split!r}", split)
+        prof = d.get("profile", True)
+        if not isinstance(prof, bool):
+            raise MappingError(f"{where}.profile", f"must be true or false, got {prof!r}", prof)
         try:
-            return Tile(str(d["target"]), loops, kids[0], str(d.get("type", "temporal")), tuple(byp), split)
+            return Tile(str(d["target"]), loops, kids[0], str(d.get("type", "temporal")), tuple(byp), split, prof)
         except MappingError as e:
             raise MappingError(f"{where}.type", str(e).split(": ", 1)[-1], d.get("type")) from None
     raise MappingError(f"{where}.node-type", f"must be Tile, Scope or Op, got {d.get('node-type')!r}", nt)
@@ -257,22 +268,57 @@ def node_to_dict(n: Node) -> dict[str, Any]:
         return out
     if isinstance(n, Scope):
         return {"node-type": "Scope", "type": n.kind.capitalize(), "subtree": [node_to_dict(c) for c in n.children]}
+    perm = [d for d, _ in n.loops]
     out = {"node-type": "Tile", "type": n.kind, "factors": " ".join(f"{d}={f}" for d, f in n.loops),
-           "permutation": " ".join(d for d, _ in n.loops), "target": n.target}
+           "permutation": " ".join(perm if n.kind == "spatial" else perm[::-1]), "target": n.target}
     if n.bypass:
         out["bypass"] = list(n.bypass)
     if n.split is not None:
         out["split"] = n.split
+    if not n.profile:
+        out["profile"] = False
     out["subtree"] = [node_to_dict(n.child)]
     return out
+
+
+class _Yaml12Loader:
+    """PyYAML's SafeLoader with YAML 1.2 booleans: ``NO``/``yes``/``on`` stay strings (TileFlow's macro ``NO``)."""
+
+    loader = None
+
+    @classmethod
+    def get(cls):
+        if cls.loader is None:
+            import yaml
+
+            class Loader(yaml.SafeLoader):
+                pass
+
+            Loader.yaml_implicit_resolvers = {k: [(tag, rx) for tag, rx in v if tag != "tag:yaml.org,2002:bool"]
+                                              for k, v in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+            bools = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+            Loader.add_implicit_resolver("tag:yaml.org,2002:bool", bools, list("tTfF"))
+            cls.loader = Loader
+        return cls.loader
+
+
+def yaml_load(text: str, where: str = "yaml"):
+    """YAML text as data with YAML 1.2 booleans (only true/false); a parse error is a :class:`MappingError`
+    naming ``where`` and the line."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_Yaml12Loader.get())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise MappingError(where, f"YAML does not parse{at}: {getattr(e, 'problem', e)}") from None
 
 
 def load_mapping(src: Any, macros: Mapping[str, Any] | None = None, free_names: bool = False) -> Node:
     """A tree from a node dict, a ``{mapping: ...}`` dict, a YAML string or a path (factors: integers, macros or
     ``?``; other names only with ``free_names``)."""
     import os
-
-    import yaml
 
     where = "mapping"
     if macros is not None and not isinstance(macros, Mapping):
@@ -283,12 +329,7 @@ def load_mapping(src: Any, macros: Mapping[str, Any] | None = None, free_names: 
         where = f"{src}: mapping"
         src = open(src).read()
     if isinstance(src, str):
-        try:
-            src = yaml.safe_load(src)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise MappingError(where, f"YAML does not parse{at}: {getattr(e, 'problem', e)}") from None
+        src = yaml_load(src, where)
     if isinstance(src, Mapping) and "mapping" in src:
         own = src.get("macro") or {}
         if not isinstance(own, Mapping):

@@ -38,9 +38,28 @@ Closed form (never unrolled): with ``F_i`` the factors above a slot at nest posi
 box minus its overlap with the box shifted by loop ``j``'s step minus the reset of the loops inside ``j``.
 
 Cycles: an op leaf takes 1 cycle per point per PE; a temporal Tile multiplies its child's cycles by its trip
-count; a node hosting slots takes ``max(child-derived cycles, reads/read_bw, writes/write_bw)`` per entry and
-instance; Sequential and Sharing scopes add their children, Parallel takes the max, Pipeline takes the max plus
-the fill/drain term ``(Σ − max)/n`` per entry (``n`` = entries of the scope), which TileFlow leaves out.
+count; a node hosting slots takes ``max(child-derived cycles, reads/read_bw, writes/write_bw,
+(reads+writes)/shared_bw)`` per entry and instance; Sequential and Sharing scopes add their children, Parallel
+takes the max, Pipeline takes the max plus the fill/drain term ``(Σ − max)/n`` per entry (``n`` = entries of the
+scope), which TileFlow leaves out.
+
+The reference's rules (``Arch.semantics``, :mod:`fusion_perf.semantics`; TileFlow/Timeloop files get them)
+----------------------------------------------------------------------------------------------------------------
+Everything above holds, with these changes, and a single-op tree then gives Timeloop's counts and cycles:
+
+* Nested slots. A temporal node below a scope that lies under a node of its own level is a slot node too (at
+  DRAM as well): it keeps its own copy, filled from the slot above on every arrival (TileFlow's storage per tile
+  node). Its placement is shared with the trace simulator like every slot's.
+* Partial sums round-trip (Timeloop's first-read elision is off): an output slot below the top is filled from its
+  parent on every arrival of its box, the first too (parent reads, after the same reduction/multicast grouping as
+  its drains); drains read nothing at the child; every compute update of an output is a read plus an update.
+* Bandwidth is charged to the node holding the accessed level's tile on the accessing op's path (the innermost
+  temporal node targeting that level above the access; the slot's node for its own fills), and bounds that
+  node's whole run as Timeloop's ``ComputePerformance`` does: slowdown = min over the read, write and shared
+  ports of bandwidth / (accesses per instance / compute cycles), cycles = ``ceil(compute cycles / slowdown)``.
+* Energy per vector access: per level, tensor and action (read, fill, update), ``ceil(words per instance / block
+  size)`` × the action's pJ × instances; accesses charged to a ``profile: False`` node count no energy.
+* No pipeline fill/drain term.
 """
 from __future__ import annotations
 
@@ -75,6 +94,7 @@ class _N:
     bypass: tuple[str, ...] = ()
     split: int | None = None
     is_slot: bool = False
+    profile: bool = True
     ops: set = field(default_factory=set)
     label: str = ""
 
@@ -151,7 +171,7 @@ class Compiled:
                                    f"{sorted(self.problem.tensors)}", t)
         desc = " ".join(f"{d}={f}" for d, f in n.loops)
         self.nodes.append(_N(i, "tile", path, parent, level=lv, tkind=n.kind, loops=gids, bypass=n.bypass,
-                             split=n.split, label=f"Tile {n.kind} @{n.target} [{desc}]"))
+                             split=n.split, label=f"Tile {n.kind} @{n.target} [{desc}]", profile=n.profile))
         if n.child is None:
             raise MappingError(f"{path}.subtree", "a Tile node needs exactly one child")
         j = self._build(n.child, i, f"{path}.subtree[0]")
@@ -198,11 +218,17 @@ class Compiled:
                     last = nk.level
                     loops += nk.loops
             self.path[n.op], self.oploops[n.op], self.pos[n.op] = nodes, loops, pos
-        # slot nodes: outermost node targeting a level >= 1 on the path (an ancestor property)
+        # slot nodes: outermost node targeting a level >= 1 on the path (an ancestor property); with nested slots
+        # (TileFlow) also a temporal node below a scope under a node of its own level, which keeps its own copy
+        nested = self.arch.semantics.nested_slots
         for n in self.nodes:
-            if n.kind == "tile" and n.level >= 1:
-                n.is_slot = all(self.nodes[a].kind != "tile" or self.nodes[a].level != n.level
-                                for a in self._anc(n.id)[:-1])
+            if n.kind != "tile":
+                continue
+            anc = self._anc(n.id)[:-1]
+            same = [a for a in anc if self.nodes[a].kind == "tile" and self.nodes[a].level == n.level]
+            n.is_slot = n.level >= 1 and not same
+            if nested and same and n.tkind == "temporal":
+                n.is_slot = any(self.nodes[a].kind == "scope" for a in anc[anc.index(same[-1]) + 1:])
         # per-op dim loop lists, fan-out groups
         self.opdim = {o: {d: [g for g in self.oploops[o] if self.loops[g][0] == d] for d in self.problem.op_dims(o)}
                       for o in self.path}
@@ -256,11 +282,37 @@ class Compiled:
         for o, nodes in self.path.items():
             tiles = [k for k in nodes if self.nodes[k].kind == "tile"]
             self.leaf_tile[o] = tiles[-1] if tiles else ROOT
+        self._holders()
         # nodes hosting slots (bandwidth) and capacity ownership
         self.host: dict[int, set] = {}
         for key, s in self.slots.items():
             self.host.setdefault(s.node, set()).add(s.level)
         self.order = [n.id for n in reversed(self.nodes)]  # children have larger ids: reversed is post-order
+
+    def _holder(self, op: str, below: int, level: int, default: int) -> int:
+        """The node whose tile of ``level`` serves ``below`` on ``op``'s path: the innermost temporal Tile node
+        targeting ``level`` above ``below`` (TileFlow's parent storage node), else ``default``."""
+        path = self.path[op]
+        stop = path.index(below) if below in path else len(path)
+        for k in reversed(path[:stop]):
+            nk = self.nodes[k]
+            if nk.kind == "tile" and nk.level == level and nk.tkind == "temporal":
+                return k
+        return default
+
+    def _holders(self):
+        """Per slot, the node charged for its parent's accesses (``pholder``); per compute operand, the node
+        charged for it (``cholder``) — the reference charges a level's accesses to the node holding its tile."""
+        self.pholder = {}
+        for key, s in self.slots.items():
+            if s.parent is not None:
+                ps = self.slots[s.parent]
+                self.pholder[key] = self._holder(s.rep, s.node, ps.level, ps.node) if s.node != ROOT else ps.node
+        self.cholder = {}
+        for (o, t, key, is_out) in self.compute_links:
+            s = self.slots[key]
+            leaf = next(n.id for n in self.nodes if n.kind == "op" and n.op == o)
+            self.cholder[(o, t)] = self._holder(o, leaf, s.level, s.node)
 
     def _slot_chain(self, o: str, t: str) -> tuple[list[int], int, str, list[str]]:
         """The nodes holding slots of tensor ``t`` on op ``o``'s path, outer to inner, the first being the top
@@ -523,16 +575,23 @@ class Compiled:
         parent accesses serving them (after multicast/reduction) and compute operands; ``nacc``, per node whose
         execution moves words, ``{level: [reads, writes]}`` per instance (for bandwidth)."""
         L = len(self.arch.levels)
+        sem = self.arch.semantics
         reads = [dict() for _ in range(L)]
         fills = [dict() for _ in range(L)]
         upd = [dict() for _ in range(L)]
         nacc: dict[int, dict[int, list]] = {}
+        self._inst: dict[tuple, Any] = {}  # (count kind, level, tensor) -> instances of the slot counted (energy)
+        self._unprofiled: dict[tuple, Any] = {}  # (count kind, level, tensor) -> words charged to profile: False
 
-        def add(tab, lv, t, v, node, rw, inst):
-            # counts per level/tensor; for bandwidth, words per instance charged to the node whose execution moves them
+        def add(kind, lv, t, v, node, inst):
+            # counts per level/tensor; for bandwidth, words per instance charged to ``node``
+            tab = (reads, fills, upd)[kind]
             tab[lv][t] = tab[lv].get(t, 0) + v
             a = nacc.setdefault(node, {}).setdefault(lv, [0, 0])
-            a[rw] = a[rw] + v / inst
+            a[kind > 0] = a[kind > 0] + v / inst
+            self._inst.setdefault((kind, lv, t), inst)
+            if node != ROOT and not self.nodes[node].profile:
+                self._unprofiled[(kind, lv, t)] = self._unprofiled.get((kind, lv, t), 0) + v
 
         for key, s in self.slots.items():
             if s.parent is None:
@@ -542,16 +601,23 @@ class Compiled:
             moved = sp[s.pos] * perinst[key]
             ppos, spec = s.link
             up = sp[ppos] * self._distinct(spec, F, batched, step[s.rep], s.rep) * perinst[key]
-            if s.role == "in":
-                add(fills, s.level, s.tensor, moved, s.node, 1, sp[s.pos])
-                add(reads, ps.level, s.tensor, up, s.node, 0, sp[ppos])
-            else:
-                add(reads, s.level, s.tensor, moved, s.node, 0, sp[s.pos])
-                add(upd, ps.level, s.tensor, up, s.node, 1, sp[ppos])
+            # the reference charges every access of a level to the node holding that level's tile
+            pnode = self.pholder[key] if sem.charge_holder else s.node
+            if s.role == "in" or sem.psum_round_trip:
+                add(1, s.level, s.tensor, moved, s.node, sp[s.pos])
+                add(0, ps.level, s.tensor, up, pnode, sp[ppos])
+            if s.role != "in":
+                if sem.drain_reads:
+                    add(0, s.level, s.tensor, moved, s.node, sp[s.pos])
+                add(2, ps.level, s.tensor, up, pnode, sp[ppos])
         for (o, t, key, is_out, pc, spec) in self.compute_specs:
             s = self.slots[key]
             v = spre[o][pc] * self._distinct(spec, F, batched, step[o], o) * tpre[o][-1]
-            add(upd if is_out else reads, s.level, t, v, self.leaf_tile[o], 1 if is_out else 0, spre[o][pc])
+            node = self.cholder[(o, t)] if sem.charge_holder else self.leaf_tile[o]
+            if is_out:
+                add(2, s.level, t, v, node, spre[o][pc])
+            if not is_out or sem.psum_round_trip:  # the reference's compute updates are read-modify-writes
+                add(0, s.level, t, v, node, spre[o][pc])
         return reads, fills, upd, nacc
 
     def _capacity(self, box: dict, mx, batched: bool, check: bool, feas) -> dict:
@@ -645,66 +711,84 @@ class Compiled:
         """``(total, cyc, comp, slow, fill_drain)`` by the rules in the module docstring, bottom-up: per node its
         cycles with (``cyc``) and without (``comp``) its own bandwidth bound, per ``(node, level)`` the slowdown
         that bound causes, and the pipelines' fill/drain cycles."""
-        arch = self.arch
+        sem = self.arch.semantics
         cyc: dict[int, Any] = {}
         comp: dict[int, Any] = {}
+        pure: dict[int, Any] = {}  # compute cycles per entry, no bandwidth bound anywhere below
         slow: dict[int, Any] = {}
         fill_drain = 0
         for i in self.order:
             n = self.nodes[i]
             if n.kind == "op":
-                c = 1
+                c = p = 1
             elif n.kind == "tile":
-                c = cyc[n.children[0]]
+                c, p = cyc[n.children[0]], pure[n.children[0]]
                 if n.tkind == "temporal":
                     for g in n.loops:
-                        c = c * F[g]
+                        c, p = c * F[g], p * F[g]
             else:
                 vals = [cyc[k] for k in n.children]
+                pv = [pure[k] for k in n.children]
                 if n.scope in ("sequential", "sharing"):
-                    c = sum(vals[1:], vals[0])
+                    c, p = sum(vals[1:], vals[0]), sum(pv[1:], pv[0])
                 else:
-                    m = vals[0]
-                    for v in vals[1:]:
-                        m = mx(m, v)
-                    if n.scope == "pipeline":
+                    m, p = vals[0], pv[0]
+                    for v, q in zip(vals[1:], pv[1:]):
+                        m, p = mx(m, v), mx(p, q)
+                    if n.scope == "pipeline" and sem.pipeline_fill_drain:
                         o = next(iter(n.ops))
                         ent = tpre[o][self.pos[o][i]]
                         extra = (sum(vals[1:], vals[0]) - m) / ent
                         fill_drain = fill_drain + extra * ent
                         m = m + extra
                     c = m
-            comp[i] = c
+            comp[i], pure[i] = c, p
             if i in nacc:
                 o = next(iter(n.ops))
-                ent = tpre[o][self.pos[o][i]]
-                c0 = c
-                for lv, (r, w) in nacc[i].items():
-                    lvl = arch.levels[lv]
-                    b = mx(r / (ent * lvl.read_bw), w / (ent * lvl.write_bw))
-                    slow[(i, lv)] = mx(c0, b) / c0
-                    c = mx(c, b)
+                c = self._bound(i, c, p, tpre[o][self.pos[o][i]], nacc[i], mx, slow)
             cyc[i] = c
         total = cyc[0]
         if ROOT in nacc:
-            for lv, (r, w) in nacc[ROOT].items():
-                lvl = arch.levels[lv]
-                b = mx(r / lvl.read_bw, w / lvl.write_bw)
-                slow[(ROOT, lv)] = mx(cyc[0], b) / cyc[0]
-                total = mx(total, b)
+            total = self._bound(ROOT, total, pure[0], 1, nacc[ROOT], mx, slow)
+        if sem.ceil_cycles:
+            total = _ceil(total * (1 - 1e-12))  # the bounds are whole cycles; float noise must not add one
         return total, cyc, comp, slow, fill_drain
 
+    def _bound(self, i: int, c, p, ent, acc: dict, mx, slow: dict):
+        """Node ``i``'s cycles per entry under its bandwidth bounds: ``c`` without them, ``p`` its pure compute
+        cycles per entry, ``ent`` its entries, ``acc`` ``{level: [reads, writes]}`` per instance over the run.
+        Project: ``max(c, reads/read_bw, writes/write_bw, (reads+writes)/shared_bw)`` per entry. Reference:
+        Timeloop's ``ComputePerformance`` over the node's run (slowdown against its compute cycles, ceil)."""
+        sem = self.arch.semantics
+        c0 = c
+        for lv, (r, w) in acc.items():
+            lvl = self.arch.levels[lv]
+            if sem.charge_holder:
+                b = _timeloop_cycles(p * ent, r, w, lvl, sem.ceil_cycles) / ent
+            else:
+                b = mx(mx(r / (ent * lvl.read_bw), w / (ent * lvl.write_bw)), (r + w) / (ent * lvl.shared_bw))
+            slow[(i, lv)] = mx(c0, b) / c0
+            c = mx(c, b)
+        return c
+
     def _energy(self, reads: list, fills: list, upd: list):
-        """pJ: each level's reads and writes at its access energies, plus the MAC energy per compute point."""
+        """pJ: each level's reads, fills and updates at its per-access energies, plus the MAC energy per compute
+        point. Reference: per vector access, ``ceil(words per instance / block size)`` per level, tensor and
+        action, times the instances (Timeloop's ``ComputeVectorAccesses``); project: per word."""
         arch = self.arch
+        vector = arch.semantics.vector_energy
         energy = 0.0
         for lv in range(len(arch.levels)):
             lvl = arch.levels[lv]
-            for v in reads[lv].values():
-                energy = energy + v * lvl.read_energy
-            for tab in (fills, upd):
-                for v in tab[lv].values():
-                    energy = energy + v * lvl.write_energy
+            for kind, tab, e in ((0, reads, lvl.read_energy), (1, fills, lvl.fill_e), (2, upd, lvl.update_e)):
+                for t, v in tab[lv].items():
+                    v = v - self._unprofiled.get((kind, lv, t), 0)
+                    if vector:
+                        inst = self._inst[(kind, lv, t)]
+                        v = _ceil(v / inst / lvl.block_size - 1e-9) * inst
+                    elif lvl.block_size > 1:
+                        v = v / lvl.block_size  # per word: the vector energy spread over its words
+                    energy = energy + v * e
         energy = energy + self.points * arch.mac_energy
         return energy
 
@@ -759,6 +843,28 @@ class Compiled:
                                     float(self._last_cycles[0][n.id])) for n in self.nodes])
 
 
+def _ceil(x):
+    return np.ceil(x) if isinstance(x, np.ndarray) else math.ceil(x)
+
+
+def _timeloop_cycles(T0, r, w, lvl, ceil: bool):
+    """Cycles of a run of ``T0`` compute cycles that reads ``r`` and writes ``w`` words per instance, as Timeloop's
+    ``BufferLevel::ComputePerformance`` (same float operations): the slowdown is the least of each port's bandwidth
+    over its demand per cycle (read, write, and the shared port for both), the cycles ``ceil(T0 / slowdown)``."""
+    if isinstance(T0, np.ndarray) or isinstance(r, np.ndarray) or isinstance(w, np.ndarray):
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ur, uw = r / T0, w / T0
+            sd = np.minimum(1.0, np.minimum(np.minimum(lvl.read_bw / ur, lvl.write_bw / uw), lvl.shared_bw / (ur + uw)))
+        out = T0 / sd
+        return np.ceil(out) if ceil else out
+    ur, uw = r / T0, w / T0
+    sd = 1.0
+    for bw, u in ((lvl.read_bw, ur), (lvl.write_bw, uw), (lvl.shared_bw, ur + uw)):
+        if bw < u:
+            sd = min(sd, bw / u)
+    return math.ceil(T0 / sd) if ceil else T0 / sd
+
+
 @dataclass
 class BatchResult:
     """Cycles and energy of many factor vectors (inf where infeasible)."""
@@ -781,7 +887,7 @@ def _tree_key(n: Node, fac: list | None = None) -> tuple:
     if fac is not None:
         fac.extend(f for _, f in n.loops)
     return ("tile", n.target, n.kind, tuple(d for d, _ in n.loops),
-            tuple(f if isinstance(f, str) else None for _, f in n.loops), n.bypass, n.split,
+            tuple(f if isinstance(f, str) else None for _, f in n.loops), n.bypass, n.split, n.profile,
             _tree_key(n.child, fac) if n.child is not None else None)
 
 

@@ -1,20 +1,30 @@
 """Reads TileFlow's input format unchanged: ``architecture`` (Timeloop v0.2 tree), ``problem`` (ops with
 ``ins``/``out``, shared dimensions, ``io``), ``mapping`` (the tree) and ``macro`` substitution, spread over any
-number of YAML files in any order.
+number of YAML files in any order. YAML booleans are YAML 1.2's (``true``/``false``): a macro ``NO`` stays a
+name, as TileFlow's parser reads it.
 
-Supported: storage ``local`` components (``name[0..N-1]``, ``meshX``/``meshY``, ``sizeKB`` or ``depth`` ×
-``block-size``/``width``, ``word-bits``, ``read_bandwidth``/``write_bandwidth`` in words/cycle, optional
-``read_energy``/``write_energy`` in pJ per word), one compute component (``class`` containing ``mac``); problem
-projections ``[[D]]`` and ``[[D, coeff]]`` sums with coefficients from numbers, ``coefficients``, ``instance`` or
-macros; ``io`` lists; per-op or global ``instance``; mapping nodes Tile/Scope/Op with ``factors`` (ints, macros,
-``?`` for searched factors; any other name is an error naming the node, unless a ``tileflow-mapper`` section asks
-for TileFlow's mapper, which searches factors written as names), ``permutation`` (one letter per dim, or
-space-separated names), ``target``, ``bypass``, ``split``, ``type``; ``check: {mem: False}``; ``output: PATH``.
+Supported: storage ``local`` components as Timeloop reads them (``name[0..N-1]``, ``meshX``/``meshY``, ``entries``,
+``depth`` × ``block-size`` (``block_size``, ``n_words``, or ``width`` / word bits) or ``sizeKB``,
+``multiple-buffering``, ``word-bits``, ``read_bandwidth``/``write_bandwidth``/``shared_bandwidth`` in words/cycle and
+the deprecated ``bandwidth`` (half read, half write), ``technology: DRAM`` or a class naming DRAM for an unbounded
+DRAM, ``vector-access-energy`` in pJ per vector access, and this package's ``read_energy``/``write_energy`` in pJ
+per word), one compute component (``class`` containing ``mac``, optional ``energy``); problem projections
+``[[D]]`` and ``[[D, coeff]]`` sums with coefficients from numbers, ``coefficients``, ``instance`` or macros; ``io``
+lists; per-op or global ``instance``; mapping nodes Tile/Scope/Op with ``factors`` (ints, macros, ``?`` for
+searched factors; any other name is an error naming the node, unless a ``tileflow-mapper`` section asks for
+TileFlow's mapper, which searches factors written as names, or ``solve_names`` solves a name that is the only
+unknown of its dimension's loop count, as the mapper fixes it), ``permutation`` (innermost loop first, one letter
+per dim or space-separated names), ``target``, ``bypass``, ``split``, ``type``, ``profile`` (``False``: no energy
+for the accesses charged to the node); ``check: {mem: False}``; ``output: PATH``.
+
+Energies: the reference's (Timeloop's built-in PAT model, :mod:`fusion_perf.energy`) unless an ``ERT`` (Accelergy's
+energy reference table, as Timeloop and TileFlow accept it) or an ``energy_table`` section (a mapping or a file
+name; ``technology: project-16nm`` gives this package's earlier per-class estimates) is given. Rules: the
+reference's (:mod:`fusion_perf.semantics`) unless a ``semantics`` section names others (``project``, or flags).
 
 Not supported (rejected with an error naming the file and field): architecture versions other than 0.2,
 residual factors (``M=4,3``), non-identity ``binding``, ``multicast: false``, a compute component other than
-the innermost one, ``tileflow-mapper`` options other than being ignored with a note. Energies are not part of
-TileFlow's files (Accelergy computes them); defaults by component class are used unless given.
+the innermost one, ``tileflow-mapper`` options other than being ignored with a note.
 """
 from __future__ import annotations
 
@@ -27,13 +37,12 @@ from typing import Any, Mapping, Sequence
 from shared_ir import Access, AffineExpr, Dim, Op, OpKind, Tensor, TensorRole
 
 from .arch import Arch, Level
+from .energy import BUILTIN, EnergyTable, load_table
 from .errors import ArchError, InputFormatError, MappingError
-from .mapping import Node, OpLeaf, Tile, node_from_dict, walk
+from .mapping import Node, OpLeaf, Scope, Tile, free_variables, node_from_dict, walk
+from .mapping import yaml_load as _yaml12
 from .problem import Problem
-
-# pJ per 16-bit word by class (Accelergy-style 16 nm estimates; TileFlow's files carry no energies)
-_DEFAULT_ENERGY = {"dram": 64.0, "sram": 1.5, "regfile": 0.1, "smartbuffer": 1.5, "storage": 1.5}
-_DEFAULT_MAC = 0.3
+from .semantics import REFERENCE, as_semantics
 
 
 @dataclass
@@ -45,9 +54,15 @@ class Inputs:
     data: dict[str, Any] = field(default_factory=dict)
 
 
-def read_files(paths: Sequence[str]) -> Inputs:
-    import yaml
+def yaml_load(text: str, where: str):
+    """YAML 1.2 booleans (``NO: 4`` is the macro ``NO``, as TileFlow's parser reads it); errors name ``where``."""
+    try:
+        return _yaml12(text, where)
+    except MappingError as e:
+        raise InputFormatError(e.path, str(e)[len(e.path) + 2:]) from None
 
+
+def read_files(paths: Sequence[str]) -> Inputs:
     inp = Inputs()
     macros: dict[str, Any] = {}
     for p in paths:
@@ -58,12 +73,7 @@ def read_files(paths: Sequence[str]) -> Inputs:
                 text = f.read()
         except UnicodeDecodeError as e:
             raise InputFormatError(str(p), f"not a UTF-8 text file (byte {e.start}: {e.reason})") from None
-        try:
-            d = yaml.safe_load(text)
-        except yaml.YAMLError as e:
-            mark = getattr(e, "problem_mark", None)
-            at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-            raise InputFormatError(str(p), f"YAML does not parse{at}: {getattr(e, 'problem', e)}") from None
+        d = yaml_load(text, str(p))
         if d is None:
             continue
         if not isinstance(d, Mapping):
@@ -139,33 +149,71 @@ def _replicas(name: str, where: str) -> tuple[str, int]:
     return m.group(1), n
 
 
-def _capacity(cls: str, at: Mapping, bits: int, path: str) -> float:
-    if cls == "dram":
-        return math.inf
+def _first(at: Mapping, keys: tuple[str, ...]) -> Any:
+    return next((at[k] for k in keys if k in at), None)
+
+
+def _geometry(at: Mapping, bits: int, path: str) -> tuple[int, float | None]:
+    """(block size, entries) as Timeloop reads them: ``block-size``/``block_size``/``n_words`` (or ``width`` /
+    word bits), then ``entries``, ``depth`` × block size or ``sizeKB``; entries ``None`` when no size is given."""
+    blk = _first(at, ("block-size", "block_size", "n_words"))
+    width = _first(at, ("width", "memory_width", "data_storage_width"))
+    if blk is not None:
+        block = _count(blk, f"{path}.block-size")
+    elif width is not None:
+        block = max(1, int(_real(width, f"{path}.width") // bits))
+    else:
+        block = 1
+    if "entries" in at:
+        return block, _real(at["entries"], f"{path}.entries")
+    depth = _first(at, ("depth", "memory_depth", "data_storage_depth"))
+    if depth is not None:
+        return block, _real(depth, f"{path}.depth") * block
     if "sizeKB" in at:
-        return _real(at["sizeKB"], f"{path}.sizeKB") * 1024 * 8 / bits
-    if "depth" in at:
-        blk = at.get("block-size", at.get("block_size"))
-        width = blk if blk is not None else _real(at.get("width", bits), f"{path}.width") / bits
-        return _real(at["depth"], f"{path}.depth") * _real(width, f"{path}.block-size")
-    return math.inf
+        return block, _real(at["sizeKB"], f"{path}.sizeKB") * 1024 * 8 / bits
+    return block, None
 
 
-def _storage(c: Mapping, cls: str, at: Mapping, path: str, n: int, mesh: tuple[int, int]) -> Level:
+def _bandwidths(at: Mapping, ap: str) -> list[float]:
+    """Read, write and shared words/cycle (Timeloop: a deprecated ``bandwidth`` is half read, half write)."""
+    bw = [math.inf, math.inf, math.inf]
+    if at.get("bandwidth"):
+        bw[0] = bw[1] = _real(at["bandwidth"], f"{ap}.bandwidth") / 2
+    for i, k in enumerate(("read_bandwidth", "write_bandwidth", "shared_bandwidth")):
+        if at.get(k):
+            bw[i] = _real(at[k], f"{ap}.{k}")
+    return bw
+
+
+def _storage(c: Mapping, cls: str, at: Mapping, path: str, n: int, mesh: tuple[int, int],
+             table: EnergyTable) -> Level:
     ap = f"{path}.attributes"
-    bits = _count(at.get("word-bits", at.get("word_bits", 16)), f"{ap}.word-bits")
-    cap = _capacity(cls, at, bits, ap)
-    bw = [math.inf if not at.get(k) else _real(at[k], f"{ap}.{k}") for k in ("read_bandwidth", "write_bandwidth")]
-    e0 = _DEFAULT_ENERGY.get(cls, 1.0) * bits / 16
-    en = [_real(at.get(k, e0), f"{ap}.{k}", positive=False) for k in ("read_energy", "write_energy")]
+    bits = _count(_first(at, ("word-bits", "word_bits", "word_width", "datawidth")) or 16, f"{ap}.word-bits")
+    block, entries = _geometry(at, bits, ap)
+    mb = _real(at.get("multiple-buffering", 1), f"{ap}.multiple-buffering")
+    dram = "dram" in cls or str(at.get("technology", "")).upper() == "DRAM"
+    cap = math.inf if dram or entries is None else math.floor(entries / mb)
     base = _replicas(str(c.get("name", "")), f"{path}.name")[0]
+    en = table.storage(base, "dram" if dram else cls, bits, block, None if dram else entries)
+    if "vector-access-energy" in at:
+        en = dict.fromkeys(en, _real(at["vector-access-energy"], f"{ap}.vector-access-energy", positive=False))
+    for k, acts in (("read_energy", ("read",)), ("write_energy", ("fill", "update"))):
+        if k in at:  # this package's per-word override
+            en.update(dict.fromkeys(acts, _real(at[k], f"{ap}.{k}", positive=False) * block))
+    bw = _bandwidths(at, ap)
     try:
-        return Level(base, cap, bw[0], bw[1], en[0], en[1], n, mesh[0], mesh[1], max(1, bits // 8))
+        return Level(base, cap, bw[0], bw[1], en["read"], en["fill"], n, mesh[0], mesh[1], max(1, bits // 8),
+                     block_size=block, shared_bw=bw[2], fill_energy=en["fill"], update_energy=en["update"],
+                     cls=str(c.get("class", "")))
     except ArchError as err:
         raise InputFormatError(path, str(err)) from None
 
 
-def parse_arch(d: Any, where: str = "architecture") -> Arch:
+def parse_arch(d: Any, where: str = "architecture", energy: Any = None, semantics: Any = REFERENCE) -> Arch:
+    """An :class:`Arch` from a v0.2 architecture tree; per-action energies from ``energy`` (an
+    :class:`~fusion_perf.energy.EnergyTable`, a built-in technology, a table mapping or file; default the
+    reference's ``timeloop-pat``), under ``semantics`` (default the reference's)."""
+    table = BUILTIN["timeloop-pat"] if energy is None else load_table(energy, f"{where}: energy_table")
     if not isinstance(d, Mapping):
         raise InputFormatError(where, "must be a mapping")
     ver = d.get("version")
@@ -189,11 +237,15 @@ def parse_arch(d: Any, where: str = "architecture") -> Arch:
         if mx * my != n:
             mx, my = n, 1
         if "mac" in cls or cls in ("compute", "alu"):
-            compute.append((n, _real(at.get("energy", _DEFAULT_MAC), f"{path}.attributes.energy", False), (mx, my)))
+            bits = _count(_first(at, ("word-bits", "word_bits", "datawidth")) or 16, f"{path}.attributes.word-bits")
+            base = _replicas(str(c.get("name", "")), f"{path}.name")[0]
+            e = at.get("energy")
+            e = table.compute(base, cls, bits) if e is None else _real(e, f"{path}.attributes.energy", False)
+            compute.append((n, e, (mx, my)))
             return
         if compute:
             raise InputFormatError(f"{path}", "a storage level below the compute unit is not supported")
-        levels.append(_storage(c, cls, at, path, n, (mx, my)))
+        levels.append(_storage(c, cls, at, path, n, (mx, my), table))
 
     def rec(node: Any, path: str, outer: int, outer_x: int):
         if not isinstance(node, Mapping):
@@ -214,7 +266,7 @@ def parse_arch(d: Any, where: str = "architecture") -> Arch:
         raise InputFormatError(where, "no compute (mac) component found")
     n, e, mesh = compute[-1]
     try:
-        return Arch(tuple(levels), n, mesh, e, "tileflow")
+        return Arch(tuple(levels), n, mesh, e, "tileflow", as_semantics(semantics, f"{where}: semantics"))
     except ArchError as err:
         raise InputFormatError(where, str(err)) from None
 
@@ -385,14 +437,43 @@ def _reject_multicast(d: Any, where: str):
             _reject_multicast(c, f"{where}.subtree[{i}]")
 
 
-def load_inputs(paths: Sequence[str]):
-    """(problem, arch, tree, options) from TileFlow files."""
+def load_inputs(paths: Sequence[str], solve_names: bool = False):
+    """(problem, arch, tree, inputs) from TileFlow files. The architecture takes its energies from an ``ERT`` or
+    ``energy_table`` section (a mapping or a file name) when one is given, and its rules from ``semantics``
+    (default the reference's). With ``solve_names`` a factor name that is no macro but the only unknown of its
+    dimension's loop count is solved (as TileFlow's mapper fixes it); otherwise it stays an error."""
     inp = read_files(paths)
     m = inp.data["macro"]
     src = inp.sources
-    arch = parse_arch(inp.data["architecture"], f"{src['architecture']}: architecture")
+    energy = None
+    for k in ("ERT", "energy_table"):
+        if k in inp.data:
+            v = inp.data[k]
+            if isinstance(v, str) and v not in BUILTIN and not os.path.isabs(v):
+                v = os.path.join(os.path.dirname(src[k]), v)  # a file name is relative to the file naming it
+            energy = load_table({k: v} if isinstance(v, Mapping) else v, f"{src[k]}: {k}")
+    try:
+        sem = as_semantics(inp.data.get("semantics", REFERENCE), f"{src.get('semantics', '')}: semantics")
+    except ArchError as e:
+        raise InputFormatError(e.path, str(e)[len(e.path) + 2:]) from None
+    arch = parse_arch(inp.data["architecture"], f"{src['architecture']}: architecture", energy, sem)
     prob = parse_problem(inp.data["problem"], m, f"{src['problem']}: problem")
-    tree = parse_mapping(inp.data["mapping"], m, f"{src['mapping']}: mapping", "tileflow-mapper" in inp.data)
+    mapper = "tileflow-mapper" in inp.data
+    where = f"{src['mapping']}: mapping"
+    try:
+        tree = parse_mapping(inp.data["mapping"], m, where, mapper or solve_names)
+    except InputFormatError as e:
+        raise InputFormatError(e.path, _unknown_hint(str(e)[len(e.path) + 2:], inp.data["mapping"], m, prob,
+                                                     where)) from None
+    if solve_names and not mapper:
+        tree = solve_factor_names(tree, prob, where)
+        left = [f for f in free_variables(tree) if ":" in f]
+        if left:
+            name, rest = left[0].split(":", 1)
+            d, node = rest.split("@", 1)
+            known = f"known macros: {sorted(map(str, m))}" if m else "no macros are defined"
+            raise InputFormatError(f"{node}.factors.{d}", f"unknown factor {name!r}: not an integer, a macro or '?', "
+                                   f"and not fixed by the loop count of {d} ({known})")
     # targets must name levels of this architecture: say which file
     names = [lv.name for lv in arch.levels]
     for path, n in walk(tree, f"{src['mapping']}: mapping"):
@@ -402,4 +483,60 @@ def load_inputs(paths: Sequence[str]):
     return prob, arch, tree, inp
 
 
-__all__ = ["read_files", "parse_arch", "parse_problem", "parse_mapping", "load_inputs", "Inputs"]
+def _unknown_hint(msg: str, doc: Any, macros: Mapping, prob: Problem, where: str) -> str:
+    """``msg`` of an unknown factor name, plus the value the loop count gives it when it gives one."""
+    if not msg.startswith("unknown factor"):
+        return msg
+    try:
+        tree = solve_factor_names(parse_mapping(doc, macros, where, True), prob, where)
+    except InputFormatError:
+        return msg
+    if any(":" in f for f in free_variables(tree)):
+        return msg
+    return f"{msg}; its loop count fixes it (TileFlow's mapper does): pass --solve-names (solve_names=True)"
+
+
+def _op_paths(tree: Node) -> dict[str, list[Tile]]:
+    """Per op leaf, the Tile nodes from the root down to it."""
+    out: dict[str, list[Tile]] = {}
+
+    def rec(n: Node, above: list[Tile]):
+        if isinstance(n, OpLeaf):
+            out[n.name] = above
+        elif isinstance(n, Scope):
+            for c in n.children:
+                rec(c, above)
+        elif isinstance(n, Tile):
+            rec(n.child, above + [n])
+
+    rec(tree, [])
+    return out
+
+
+def solve_factor_names(tree: Node, prob: Problem, where: str) -> Node:
+    """Substitutes every named factor that is the only unknown of an op's dimension: extent / the product of the
+    dimension's other factors on that op's path (TileFlow's loop-count constraint with one variable)."""
+    from .mapping import substitute
+
+    values: dict[str, int] = {}
+    changed = True
+    while changed:
+        changed = False
+        for op, tiles in _op_paths(tree).items():
+            for d in prob.op_dims(op):
+                fs = [f for t in tiles for dd, f in t.loops if dd == d]
+                free = {f for f in fs if isinstance(f, str) and f not in values}
+                if len(free) != 1 or sum(1 for f in fs if f in free) != 1:
+                    continue
+                known = math.prod(values.get(f, f) for f in fs if f not in free)
+                name = free.pop()
+                if prob.dims[d] % known:
+                    raise InputFormatError(f"{where} (op {op}, dim {d})", f"factor {name.split(':')[0]!r} cannot be "
+                                           f"solved: extent {prob.dims[d]} is not a multiple of {known}")
+                values[name] = prob.dims[d] // known
+                changed = True
+    return substitute(tree, values)
+
+
+__all__ = ["read_files", "parse_arch", "parse_problem", "parse_mapping", "load_inputs", "Inputs", "yaml_load",
+           "solve_factor_names"]

@@ -4,7 +4,9 @@ It executes the mapping tree loop by loop and point by point, keeps the actual s
 slot instance, and counts every transfer with the buffer semantics documented in ``fusion_perf.model``:
 fills of new elements on each arrival at a slot node, drains of leaving output elements, emptying below
 Sequential scopes, final drains, multicast/reduction of identical sets among sibling instances, and one compute
-access per point and operand (shared among PEs reading the same element at the same step).
+access per point and operand (shared among PEs reading the same element at the same step). Under the reference
+semantics (:mod:`fusion_perf.semantics`) arriving output elements are also filled from the parent, drains read
+nothing at the child, and each compute update also reads its partial sum.
 
 It shares only the *placement* decision (which (tensor, node) slots exist, their level, role and parent) with the
 model; all counting is done here by enumeration, never by formula.
@@ -33,6 +35,7 @@ class TraceSimulator:
         self.F = list(x)
         self.state = {}  # (slot key, inst) -> frozenset of elements
         self.moves = defaultdict(set)  # (slot, parent inst, marker) -> distinct moved sets
+        self.refills = defaultdict(set)  # output slots refilled from the parent (reference semantics), likewise
         self.compute = defaultdict(set)  # (slot, tensor-role, inst, time) -> elements
         L = len(c.arch.levels)
         self.reads = [defaultdict(int) for _ in range(L)]
@@ -54,9 +57,13 @@ class TraceSimulator:
                 self.reads[ps.level][s.tensor] += n
             else:
                 self.upd[ps.level][s.tensor] += n
+        for (key, pinst, marker), sets in self.refills.items():
+            self.reads[c.slots[c.slots[key].parent].level][c.slots[key].tensor] += sum(len(m) for m in sets if m)
         for (key, out, inst, time), elems in self.compute.items():
             s = c.slots[key]
             (self.upd if out else self.reads)[s.level][s.tensor] += len(elems)
+            if out and c.arch.semantics.psum_round_trip:  # each update reads its partial sum first
+                self.reads[s.level][s.tensor] += len(elems)
         res = {}
         for lv in range(L):
             for t in set(self.reads[lv]) | set(self.fills[lv]) | set(self.upd[lv]):
@@ -89,7 +96,7 @@ class TraceSimulator:
         pinst = self._inst_above(inst, ps.node)
         if s.role == "in":
             self.fills[s.level][s.tensor] += len(elems)
-        else:
+        elif self.c.arch.semantics.drain_reads:
             self.reads[s.level][s.tensor] += len(elems)
         self.moves[(key, pinst, marker)].add(frozenset(elems))
 
@@ -104,6 +111,10 @@ class TraceSimulator:
         self.state[(key, sinst)] = new
         if moved:
             self._moved(key, sinst, ("move", time), moved)
+        if s.role != "in" and self.c.arch.semantics.psum_round_trip and new - prev:
+            # the reference refills arriving partial sums from the parent (no first-read elision)
+            self.fills[s.level][s.tensor] += len(new - prev)
+            self.refills[(key, self._inst_above(sinst, self.c.slots[s.parent].node), time)].add(frozenset(new - prev))
 
     def _reset(self, sub, inst, time):
         below = set()

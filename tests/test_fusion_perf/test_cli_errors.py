@@ -25,13 +25,23 @@ def test_cli_example_writes_csv(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(list(reversed(files))) == 0  # any file order
     rows = dict(line.split(",") for line in (tmp_path / "attention-flat.csv").read_text().splitlines()[1:])
-    # 8 heads x 256 x 256 x 64 MACs x 2 GEMMs on 1024 PEs: at least the compute bound, L1 binds a little
+    # 8 heads x 256 x 256 x 64 MACs x 2 GEMMs on 1024 PEs: at least the compute bound
     assert float(rows["MAC"]) == 2 * 8 * 256 * 256 * 64
     bound = 2 * 8 * 256 * 256 * 64 / 1024
-    assert bound <= float(rows["Cycle"]) < 1.5 * bound
+    # TileFlow files run under the reference's rules: the per-op DRAM tiles below the Sequential scope keep their
+    # own copies, filled from the root's DRAM tile on every B·M block (TileFlow's storage per tile node), and
+    # those fills share DRAM's write port: DRAM binds at 144,180 cycles. TileFlow itself gives no number for this
+    # file (it rejects the spatial M=4 at DRAM without a split over the 2x2 L1 mesh); the bound it asserted
+    # before, < 1.5x, holds under this package's own rules (below).
+    assert bound <= float(rows["Cycle"]) < 2.5 * bound and float(rows["DRAM::Fill"]) > 0
     assert float(rows["L1::SlowDown"]) > 1  # the PV branch streams V through L1 faster than L1 serves it
     assert float(rows["Energy"]) > 0 and "L1::Read::S" in rows and "DRAM::Update::O" in rows
     assert "S" not in {k.split("::")[-1] for k in rows if k.startswith("DRAM::") and rows[k] != "0"}
+    # the project's semantics: L1 binds a little
+    assert main([*files, _write(tmp_path, "semantics.yaml", "semantics: project\n")]) == 0
+    rows = dict(line.split(",") for line in (tmp_path / "attention-flat.csv").read_text().splitlines()[1:])
+    assert bound <= float(rows["Cycle"]) < 1.5 * bound and float(rows["DRAM::Fill"]) == 0
+    assert float(rows["L1::SlowDown"]) > 1
 
 
 def test_cli_subprocess_and_search(tmp_path):
