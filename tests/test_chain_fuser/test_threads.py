@@ -69,3 +69,17 @@ def test_unpinned_detects_a_pinned_thread():
     done.set()
     t.join()
     assert seen["during"] is False
+
+
+def test_tvm_workers_spin_briefly_unless_the_user_chose(monkeypatch):
+    """TVM's default spin after each kernel takes the cores from the user's next torch ops (see README)."""
+    import os
+
+    from chain_fuser.kernel import import_tvm
+
+    monkeypatch.delenv("TVM_THREAD_POOL_SPIN_COUNT", raising=False)
+    import_tvm()
+    assert os.environ["TVM_THREAD_POOL_SPIN_COUNT"] == "1000"
+    monkeypatch.setenv("TVM_THREAD_POOL_SPIN_COUNT", "7")
+    import_tvm()
+    assert os.environ["TVM_THREAD_POOL_SPIN_COUNT"] == "7"
