@@ -113,6 +113,9 @@ class CompiledModule:
     def __call__(self, *args, **kwargs):
         import torch
 
+        if not self.fused:  # nothing fused: the user's module itself, without the traced graph's call overhead
+            with torch.no_grad():
+                return self.original(*args, **kwargs)
         why = self._mismatch(args)
         with torch.no_grad():
             if why is None:
