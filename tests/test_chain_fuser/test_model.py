@@ -290,8 +290,11 @@ def test_padded_rows_cost_a_copy_and_steer_the_block_height():
     bw = dev.memory[0].total_read_bandwidth_bytes_per_s
     assert padded_rows_copy_s(spec, six, dev) == pytest.approx(2 * 4 * 12 * 256 * 64 / bw)
     assert 256 % choose_micro(spec, dev)[0].mr == 0
-    # Mixer-Base: M = 768 is divisible by 12, no copy, the tallest block that fits wins
-    assert choose_micro(GemmChain(1, 768, 64, 64, 384), dev)[0].mr == 12
+    # Mixer-Base: the tallest block of the pinned description's register file that divides M = 768 (no copy) wins
+    from chain_fuser.planner import MR_CHOICES
+
+    tallest = max(k.mr for k in hw.micro_kernels(dev) if k.mr in MR_CHOICES and k.nr == 2 * lanes and 768 % k.mr == 0)
+    assert choose_micro(GemmChain(1, 768, 64, 64, 384), dev)[0].mr == tallest
     # conv rows are output columns: 35 columns take a block that pads them by at most one column, and the whole
     # plan decides among the shortlisted micro kernels (a short block may have the least micro-kernel time while its
     # tiles recompute more halo): the first plan is the best of every shortlisted kernel's best plan
