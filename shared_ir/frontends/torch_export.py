@@ -61,7 +61,18 @@ from ..errors import IRError, UnsupportedOpError, ValidationError
 from ..graph import Graph
 from ..op import Access, Dim, Op, OpKind, Tensor, TensorRole
 from ..ops import expand_op, select_op, slice_op, strided_view, upsample_nearest_op
-from .torch_fx import UNARY_FLOPS, _adaptive, _dtype, _flatten, _Lazy, _plain_scalar, _pool, _retag, _Unsupported
+from .torch_fx import (
+    UNARY_FLOPS,
+    _adaptive,
+    _dtype,
+    _flatten,
+    _Lazy,
+    _OperandsBase,
+    _plain_scalar,
+    _pool,
+    _retag,
+    _Unsupported,
+)
 
 A = AffineExpr.dim
 KEPT_WHOLE = ("aten.linear.default", "aten.matmul.default", "aten.scaled_dot_product_attention.default",
@@ -200,7 +211,7 @@ def _user_frame(stack_trace: str | None) -> str | None:
 
 
 # --- the translator -------------------------------------------------------------------------------------------------
-class _Translator:
+class _Translator(_OperandsBase):
     def __init__(self, ep, subs: dict, strict: bool, first_names: Mapping[str, str]):
         import torch
 
@@ -245,33 +256,8 @@ class _Translator:
                       tuple(shape) if shape is not None else self.shape(val),
                       dtype if dtype is not None else _dtype(val.dtype))
 
-    def const(self, name: str, shape: tuple, dtype: DType = DType.float32) -> Tensor:
-        t = self.weights.get(name)
-        if t is None:
-            t = self.weights[name] = Tensor(name, tuple(shape), dtype, TensorRole.weight)
-        return t
-
-    def val(self, a: Any) -> Any:
-        import torch.fx as fx
-
-        if isinstance(a, fx.Node):
-            return self.env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(self.val(x) for x in a)
-        if isinstance(a, dict):
-            return {k: self.val(v) for k, v in a.items()}
+    def _leaf(self, a: Any) -> Any:
         return self.conc(a)
-
-    def T(self, v: Any) -> Tensor:
-        if isinstance(v, _Lazy):
-            return v.get()
-        if isinstance(v, Tensor):
-            return v
-        raise _Unsupported(f"expected a tensor operand, got {type(v).__name__}")
-
-    def add(self, op: Op) -> Tensor:
-        self.ops.append(op)
-        return op.outputs[0].tensor
 
     # --- main loop --------------------------------------------------------------------------------------------------
     def run(self, name: str) -> Graph:

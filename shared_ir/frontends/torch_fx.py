@@ -139,7 +139,49 @@ def _propagate(gm: Any, inputs: tuple, fake: bool) -> None:
         _Prop(gm).propagate(*inputs)
 
 
-class _Translator:
+class _OperandsBase:
+    """What both torch translators (torch.fx here, torch.export in :mod:`.torch_export`) do with operands: look
+    node values up (``_leaf`` turns any other argument into a plain value), demand tensors, collect ops and
+    constants. Subclasses set ``env``, ``ops`` and ``weights``."""
+
+    env: dict
+    ops: list
+    weights: dict
+
+    def _leaf(self, a: Any) -> Any:
+        return a
+
+    def const(self, name: str, shape: tuple, dtype: DType = DType.float32) -> Tensor:
+        """A constant the graph reads but no op produces (zero initial state, a created tensor): a weight."""
+        t = self.weights.get(name)
+        if t is None:
+            t = self.weights[name] = Tensor(name, tuple(shape), dtype, TensorRole.weight)
+        return t
+
+    def val(self, a: Any) -> Any:
+        import torch.fx as fx
+
+        if isinstance(a, fx.Node):
+            return self.env[a]
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.val(x) for x in a)
+        if isinstance(a, dict):
+            return {k: self.val(v) for k, v in a.items()}
+        return self._leaf(a)
+
+    def T(self, v: Any) -> Tensor:
+        if isinstance(v, _Lazy):
+            return v.get()
+        if isinstance(v, Tensor):
+            return v
+        raise _Unsupported(f"expected a tensor operand, got {type(v).__name__}")
+
+    def add(self, op: Op) -> Tensor:
+        self.ops.append(op)
+        return op.outputs[0].tensor
+
+
+class _Translator(_OperandsBase):
     def __init__(self, gm: Any, root: Any):
         import torch
 
@@ -186,40 +228,11 @@ class _Translator:
             self.weights[qn] = t
         return t
 
-    def const(self, name: str, shape: tuple, dtype: DType = DType.float32) -> Tensor:
-        """A constant the graph reads but no op produces (zero initial state, a created tensor): a weight."""
-        t = self.weights.get(name)
-        if t is None:
-            t = self.weights[name] = Tensor(name, tuple(shape), dtype, TensorRole.weight)
-        return t
-
     def _get_attr(self, qn: str) -> Any:
         obj = self.root
         for a in qn.split("."):
             obj = getattr(obj, a)
         return obj
-
-    def val(self, a: Any) -> Any:
-        import torch.fx as fx
-
-        if isinstance(a, fx.Node):
-            return self.env[a]
-        if isinstance(a, (list, tuple)):
-            return type(a)(self.val(x) for x in a)
-        if isinstance(a, dict):
-            return {k: self.val(v) for k, v in a.items()}
-        return a
-
-    def T(self, v: Any) -> Tensor:
-        if isinstance(v, _Lazy):
-            return v.get()
-        if isinstance(v, Tensor):
-            return v
-        raise _Unsupported(f"expected a tensor operand, got {type(v).__name__}")
-
-    def add(self, op: Op) -> Tensor:
-        self.ops.append(op)
-        return op.outputs[0].tensor
 
     # --- main loop ------------------------------------------------------------------------------------------------
     def run(self, name: str) -> Graph:
