@@ -1,5 +1,4 @@
 """The TileFlow-format command line and clear errors on bad input (each naming the file and field)."""
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,14 +13,8 @@ EX = Path(__file__).resolve().parents[2] / "packages" / "fusion_perf" / "example
 FILES = ["arch.yaml", "prob.yaml", "map.yaml", "macro.yaml"]
 
 
-def _copy(tmp_path):
-    for f in FILES:
-        shutil.copy(EX / "attention" / f, tmp_path / f)
-    return [str(tmp_path / f) for f in FILES]
-
-
-def test_cli_example_writes_csv(tmp_path, capsys, monkeypatch):
-    files = _copy(tmp_path)
+def test_cli_example_writes_csv(attention_files, tmp_path, capsys, monkeypatch):
+    files = attention_files
     monkeypatch.chdir(tmp_path)
     assert main(list(reversed(files))) == 0  # any file order
     rows = dict(line.split(",") for line in (tmp_path / "attention-flat.csv").read_text().splitlines()[1:])
@@ -44,8 +37,8 @@ def test_cli_example_writes_csv(tmp_path, capsys, monkeypatch):
     assert float(rows["L1::SlowDown"]) > 1
 
 
-def test_cli_subprocess_and_search(tmp_path):
-    files = _copy(tmp_path)
+def test_cli_subprocess_and_search(attention_files, tmp_path):
+    files = attention_files
     files[2] = str(EX / "attention_search" / "map.yaml")
     r = subprocess.run([sys.executable, "-m", "fusion_perf", "--iterations", "10", *files], cwd=tmp_path,
                        capture_output=True, text=True, timeout=120)
@@ -59,8 +52,8 @@ def _write(tmp_path, name, text):
     return str(p)
 
 
-def test_unparsable_yaml_names_file_and_line(tmp_path, capsys):
-    files = _copy(tmp_path)
+def test_unparsable_yaml_names_file_and_line(attention_files, tmp_path, capsys):
+    files = attention_files
     bad = _write(tmp_path, "map.yaml", "mapping:\n  node-type: Tile\n   target: [oops\n")
     with pytest.raises(InputFormatError) as e:
         load_inputs([files[0], files[1], bad, files[3]])
@@ -69,8 +62,8 @@ def test_unparsable_yaml_names_file_and_line(tmp_path, capsys):
     assert "map.yaml" in capsys.readouterr().err
 
 
-def test_unknown_tensor_in_bypass(tmp_path):
-    files = _copy(tmp_path)
+def test_unknown_tensor_in_bypass(attention_files, tmp_path):
+    files = attention_files
     text = (EX / "attention" / "map.yaml").read_text().replace("bypass: [S]", "bypass: [Z]", 1)
     files[2] = _write(tmp_path, "map.yaml", text)
     prob, arch, tree, _ = load_inputs(files)
@@ -79,16 +72,16 @@ def test_unknown_tensor_in_bypass(tmp_path):
     assert "bypass" in str(e.value) and "'Z'" in str(e.value)
 
 
-def test_factor_product_mismatch_names_op_dim_and_nodes(tmp_path, capsys):
-    files = _copy(tmp_path)
+def test_factor_product_mismatch_names_op_dim_and_nodes(attention_files, tmp_path, capsys):
+    files = attention_files
     files[3] = _write(tmp_path, "macro.yaml", (EX / "attention" / "macro.yaml").read_text().replace("LT: 8", "LT: 4"))
     assert main(files) == 2
     err = capsys.readouterr().err
     assert "map.yaml" in err and "ProduceS" in err and "dim L" in err and "!= extent 256" in err
 
 
-def test_missing_level(tmp_path, capsys):
-    files = _copy(tmp_path)
+def test_missing_level(attention_files, tmp_path, capsys):
+    files = attention_files
     files[2] = _write(tmp_path, "map.yaml",
                       (EX / "attention" / "map.yaml").read_text().replace("target: L0", "target: L9", 1))
     with pytest.raises(InputFormatError) as e:
@@ -100,14 +93,14 @@ def test_missing_level(tmp_path, capsys):
     assert "nowhere" in str(e2.value) and "target" in str(e2.value)
 
 
-def test_missing_section(tmp_path):
-    files = _copy(tmp_path)
+def test_missing_section(attention_files, tmp_path):
+    files = attention_files
     with pytest.raises(InputFormatError) as e:
         load_inputs([f for f in files if not f.endswith("arch.yaml")])
     assert "architecture" in str(e.value)
 
 
-def test_cycle_in_problem(tmp_path):
+def test_cycle_in_problem(attention_files, tmp_path):
     p = gemm_chain(2, 2, 2, 2)
     g1, g2 = p.ops
     # GEMM1 reads E (GEMM2's output) instead of A: a cycle GEMM1 -> GEMM2 -> GEMM1
@@ -115,7 +108,7 @@ def test_cycle_in_problem(tmp_path):
     with pytest.raises(ProblemError) as e:
         Problem([g1c, g2], source="cyc.yaml")
     assert "cycle" in str(e.value) and "cyc.yaml" in str(e.value)
-    files = _copy(tmp_path)
+    files = attention_files
     text = (EX / "attention" / "prob.yaml").read_text().replace("ins: Q, K\n", "ins: Q, O\n").replace(
         "    - name: K\n      projection: [[[B]], [[A]], [[L]]]",
         "    - name: O\n      projection: [[[B]], [[A]], [[L]]]")
@@ -125,8 +118,8 @@ def test_cycle_in_problem(tmp_path):
     assert "prob.yaml" in str(e.value) and "cycle" in str(e.value)
 
 
-def test_unsupported_constructs_rejected(tmp_path):
-    files = _copy(tmp_path)
+def test_unsupported_constructs_rejected(attention_files, tmp_path):
+    files = attention_files
     files[2] = _write(tmp_path, "map.yaml",
                       (EX / "attention" / "map.yaml").read_text().replace("factors: M=4", "factors: M=4,3", 1))
     with pytest.raises(InputFormatError) as e:

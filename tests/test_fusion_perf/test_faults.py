@@ -1,7 +1,6 @@
 """Bad user input to fusion_perf fails with a typed error naming the file/field and value, never silently."""
 import copy
 import os
-import shutil
 import tempfile
 from pathlib import Path
 
@@ -17,21 +16,15 @@ EX = Path(__file__).resolve().parents[2] / "packages" / "fusion_perf" / "example
 FILES = ["arch.yaml", "prob.yaml", "map.yaml", "macro.yaml"]
 
 
-def _copy(tmp_path):
-    for f in FILES:
-        shutil.copy(EX / "attention" / f, tmp_path / f)
-    return [str(tmp_path / f) for f in FILES]
-
-
 def _edit(path, old, new):
     text = Path(path).read_text()
     assert old in text
     Path(path).write_text(text.replace(old, new, 1))
 
 
-def test_factor_typo_is_an_error_naming_node_field_and_value(tmp_path, capsys, monkeypatch):
+def test_factor_typo_is_an_error_naming_node_field_and_value(attention_files, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    files = _copy(tmp_path)
+    files = attention_files
     _edit(files[2], "factors: M=MI L=LT A=A", "factors: M=sixteen L=LT A=A")
     with pytest.raises(InputFormatError) as e:
         load_inputs(files)
@@ -42,15 +35,15 @@ def test_factor_typo_is_an_error_naming_node_field_and_value(tmp_path, capsys, m
     assert "sixteen" in out.err and "searched" not in out.out
 
 
-def test_missing_macro_is_an_error_listing_the_known_macros(tmp_path):
-    files = _copy(tmp_path)
+def test_missing_macro_is_an_error_listing_the_known_macros(attention_files, tmp_path):
+    files = attention_files
     _edit(files[3], "  MO: 4 ", "  XX: 4 ")
     with pytest.raises(InputFormatError) as e:
         load_inputs(files)
     assert "'MO'" in str(e.value) and "XX" in str(e.value) and "subtree" not in str(e.value).split(":")[0]
 
 
-def test_yaml_names_are_free_only_with_question_mark_or_the_mapper_section(tmp_path):
+def test_yaml_names_are_free_only_with_question_mark_or_the_mapper_section(attention_files, tmp_path):
     node = "node-type: Tile\nfactors: m=sixteen\ntarget: l1\nsubtree:\n- {node-type: Op, name: GEMM1}\n"
     with pytest.raises(MappingError) as e:
         load_mapping(node)
@@ -58,7 +51,7 @@ def test_yaml_names_are_free_only_with_question_mark_or_the_mapper_section(tmp_p
     assert free_variables(load_mapping(node.replace("sixteen", "?"))) == ["m@mapping"]
     assert free_variables(T("l1", "m=a", OpLeaf("GEMM1"))) == ["a"]  # Python-built trees keep named variables
     # TileFlow's placeholder names stay free when the inputs ask for its mapper
-    files = _copy(tmp_path)
+    files = attention_files
     _edit(files[2], "factors: M=MI L=LT A=A", "factors: M=X L=LT A=A")
     Path(files[3]).write_text(Path(files[3]).read_text() + "tileflow-mapper: {alg: mcts}\n")
     _, _, tree, _ = load_inputs(files)
@@ -73,9 +66,9 @@ def test_macro_that_is_not_an_integer_names_the_factor():
 
 
 @pytest.mark.parametrize("value", ["-5", "0"])
-def test_cli_rejects_non_positive_iterations(tmp_path, capsys, monkeypatch, value):
+def test_cli_rejects_non_positive_iterations(attention_files, tmp_path, capsys, monkeypatch, value):
     monkeypatch.chdir(tmp_path)  # the example's output CSV lands here
-    files = _copy(tmp_path)
+    files = attention_files
     files[2] = str(EX / "attention_search" / "map.yaml")
     with pytest.raises(SystemExit) as e:
         main(["--iterations", value, *files])
