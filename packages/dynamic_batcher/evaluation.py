@@ -299,8 +299,8 @@ def _fresh_times(wl, make, mbs: list, train: bool, seed: int) -> dict[str, Any]:
 
     phases = {"inference": infer}
     if train:
-        n_out = dynet_ref.n_outputs(wl)
-        phases["train"] = lambda mb, k: dynet_ref.train_step(wl, make(), mb,
+        n_out, tops = dynet_ref.n_outputs(wl), make()  # one batcher across steps, as a training loop keeps it
+        phases["train"] = lambda mb, k: dynet_ref.train_step(wl, tops, mb,
                                                              lambda n: dynet_ref.targets(n, n_out, seed, k))
     out: dict[str, Any] = {}
     for phase, fn in phases.items():
