@@ -572,7 +572,7 @@ def _peak_errors(rows: list[dict], peak: float) -> list[str]:
     for r in rows:
         for k, g in r["gflops"].items():
             wino = (k == "ours" and r.get("algorithm", "direct") != "direct") or k == "ours_winograd"
-            if g > peak * 1.0 and not wino:
+            if g > peak and not wino:
                 out.append(f"{r['name']}/{k}: {g:.1f} GFLOP/s is {g / peak:.0%} of the measured FMA peak "
                            f"{peak:.1f} GFLOP/s")
     return out

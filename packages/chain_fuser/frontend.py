@@ -100,7 +100,7 @@ class CompiledModule:
         return [d for d in self.decisions if not d.fused]
 
     def _mismatch(self, args) -> str | None:
-        if self.signature is None or not self.fused:
+        if self.signature is None:
             return None
         got = _signature(args)
         if got == self.signature:

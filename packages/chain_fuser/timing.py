@@ -48,7 +48,7 @@ def torch_compiled(spec, ins, mode: str = "default") -> Callable[[], Any]:
     import torch
 
     eager = torch_eager(spec, ins)
-    compiled = torch.compile(lambda: eager(), mode=mode, dynamic=False, fullgraph=True)
+    compiled = torch.compile(eager, mode=mode, dynamic=False, fullgraph=True)
     with torch.no_grad():
         compiled()
     return compiled
