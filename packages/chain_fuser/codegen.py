@@ -264,16 +264,17 @@ def gemm_chain_te(spec: GemmChain, mk: MicroKernel, fused_inputs_padded: bool = 
         V = 16 if Lp % 16 == 0 else 1
         neg = tirx.const(-3.0e38, "float32")
         lv = te.reduce_axis((0, Lp // V), name="lv")
+        keep = _attended(spec, L)
         mxv = te.compute((b, Mp, V), lambda i, m, v: te.max(
-            tirx.if_then_else(lv * V + v < L, C[i, m, lv * V + v], neg), axis=lv), name="mxv")
+            tirx.if_then_else(keep(m, lv * V + v), C[i, m, lv * V + v], neg), axis=lv), name="mxv")
         vv = te.reduce_axis((0, V), name="vv")
         mx = te.compute((b, Mp), lambda i, m: te.max(mxv[i, m, vv], axis=vv), name="mx")
-        X = te.compute((b, Mp, Lp), lambda i, m, l: tirx.if_then_else(l < L, (C[i, m, l] - mx[i, m]) * spec.scale,
+        X = te.compute((b, Mp, Lp), lambda i, m, l: tirx.if_then_else(keep(m, l), (C[i, m, l] - mx[i, m]) * spec.scale,
                                                                       tirx.const(-80.0, "float32")), name="X")
         P = topi.fast_exp(X)
         lv2 = te.reduce_axis((0, Lp // V), name="lv2")
         smv = te.compute((b, Mp, V), lambda i, m, v: te.sum(
-            tirx.if_then_else(lv2 * V + v < L, P[i, m, lv2 * V + v], zero), axis=lv2), name="smv")
+            tirx.if_then_else(keep(m, lv2 * V + v), P[i, m, lv2 * V + v], zero), axis=lv2), name="smv")
         vv2 = te.reduce_axis((0, V), name="vv2")
         sm = te.compute((b, Mp), lambda i, m: te.sum(smv[i, m, vv2], axis=vv2), name="sm")
         l2 = te.reduce_axis((0, Lp), name="l2")
@@ -291,6 +292,16 @@ def gemm_chain_te(spec: GemmChain, mk: MicroKernel, fused_inputs_padded: bool = 
             stages["P"] = P
         stages.update({"E2": E, "out": E})
     return [A, B, D] + ([b1] if b1 is not None else []) + [E], stages
+
+
+def _attended(spec: GemmChain, L: int):
+    """(m, l) → whether score column l of row m takes part in the softmax: a real column (not padding) and, for
+    causal attention, l ≤ m."""
+    from tvm import tirx
+
+    if spec.causal:
+        return lambda m, l: tirx.all(l < L, l <= m)
+    return lambda m, l: l < L
 
 
 def attention_blocked_te(spec: GemmChain, mk: MicroKernel, Tl: int):
@@ -319,17 +330,18 @@ def attention_blocked_te(spec: GemmChain, mk: MicroKernel, Tl: int):
     S = te.compute((b, Mp, nb, Tl), lambda i, m, lb, li: te.sum(
         A[i, m, k] * Bp[i, lb * pb + li // nr, k, li % nr], axis=k), name="C")
     V = 16 if Tl % 16 == 0 else 1
+    keep = _attended(spec, L)
     lv = te.reduce_axis((0, Tl // V), name="lv")
     mbv = te.compute((b, Mp, nb, V), lambda i, m, lb, v: te.max(tirx.if_then_else(
-        lb * Tl + lv * V + v < L, S[i, m, lb, lv * V + v], neg), axis=lv), name="mbv")
+        keep(m, lb * Tl + lv * V + v), S[i, m, lb, lv * V + v], neg), axis=lv), name="mbv")
     vv = te.reduce_axis((0, V), name="vv")
     mb = te.compute((b, Mp, nb), lambda i, m, lb: te.max(mbv[i, m, lb, vv], axis=vv), name="mb")
     X = te.compute((b, Mp, nb, Tl), lambda i, m, lb, li: tirx.if_then_else(
-        lb * Tl + li < L, (S[i, m, lb, li] - mb[i, m, lb]) * spec.scale, tirx.const(-80.0, "float32")), name="X")
+        keep(m, lb * Tl + li), (S[i, m, lb, li] - mb[i, m, lb]) * spec.scale, tirx.const(-80.0, "float32")), name="X")
     P = topi.fast_exp(X)
     lv2 = te.reduce_axis((0, Tl // V), name="lv2")
     sbv = te.compute((b, Mp, nb, V), lambda i, m, lb, v: te.sum(tirx.if_then_else(
-        lb * Tl + lv2 * V + v < L, P[i, m, lb, lv2 * V + v], zero), axis=lv2), name="sbv")
+        keep(m, lb * Tl + lv2 * V + v), P[i, m, lb, lv2 * V + v], zero), axis=lv2), name="sbv")
     vv2 = te.reduce_axis((0, V), name="vv2")
     sb = te.compute((b, Mp, nb), lambda i, m, lb: te.sum(sbv[i, m, lb, vv2], axis=vv2), name="sb")
     li2 = te.reduce_axis((0, Tl), name="li2")

@@ -291,7 +291,11 @@ def reference(spec, *tensors):
             C = C * spec.scale + b1
             spec = _unit_scale(spec)
         if spec.glue == "softmax":
-            C = torch.softmax(C * spec.scale, dim=-1)
+            C = C * spec.scale
+            if spec.causal:
+                keep = torch.ones(C.shape[-2:], dtype=torch.bool, device=C.device).tril()
+                C = C.masked_fill(~keep, float("-inf"))
+            C = torch.softmax(C, dim=-1)
         elif spec.glue == "relu":
             C = torch.relu(C * spec.scale)
         elif spec.glue == "gelu":

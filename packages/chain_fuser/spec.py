@@ -57,10 +57,15 @@ class GemmChain:
     """A bias of length L is added to C before the glue (first Linear's bias)."""
     bias2: bool = False
     """A bias of length N is added to E (second Linear's bias)."""
+    causal: bool = False
+    """Attention only: row m attends to columns l ≤ m (``scaled_dot_product_attention(is_causal=True)``'s top-left
+    aligned mask); the masked scores are left out of the softmax."""
 
     def __post_init__(self):
         for f in ("batch", "M", "N", "K", "L"):
             _pos(f"GemmChain.{f}", getattr(self, f))
+        if self.causal and self.glue != "softmax":
+            raise UnsupportedChainError(self.name, f"a causal mask needs softmax glue, not {self.glue!r}")
         if self.glue not in GLUE_FNS:
             raise UnsupportedChainError(self.name,
                                         f"glue {self.glue!r} between the GEMMs is not one of {list(GLUE_FNS)}")
@@ -79,7 +84,7 @@ class GemmChain:
     def key(self) -> str:
         return (f"gemm_b{self.batch}_m{self.M}_n{self.N}_k{self.K}_l{self.L}_{self.glue}_s{self.scale:g}_{self.dtype}"
                 + ("_bt" if self.bt else "") + ("_dt" if self.dt else "") + ("_b1" if self.bias1 else "")
-                + ("_b2" if self.bias2 else ""))
+                + ("_b2" if self.bias2 else "") + ("_causal" if self.causal else ""))
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Operand shapes (A, B, D) and the output E."""
@@ -205,6 +210,12 @@ def _glue_fn(op: Op) -> str:
                                          f"(supported: a scalar multiply/divide, then relu, gelu or softmax)")
 
 
+def _is_causal_mask(op: Op) -> bool:
+    """The constant lower-triangular mask that ``shared_ir.ops.attention`` adds for ``is_causal``."""
+    return (op.kind == OpKind.elementwise and op.attr("fn") == "masked_fill" and op.name.endswith(".causal")
+            and len(op.inputs) == 2 and op.inputs[1].tensor.name.endswith(".causal_mask"))
+
+
 def _glue(glue_ops: list[Op], names: str) -> tuple[str, float]:
     """(activation, scale) of the ops between the compute ops: scalar multiplies/divides, then one activation."""
     scale, act = 1.0, "none"
@@ -231,8 +242,11 @@ def spec_from_chain(chain, name: str = "chain") -> ChainSpec:
     comp = chain.compute_ops
     if len(comp) != 2:
         raise UnsupportedChainError(names, f"{len(comp)} compute ops; templates cover chains of exactly 2")
-    glue_ops = [o for o in chain.ops if not o.kind.compute_intensive]
+    causal = [o for o in chain.ops if _is_causal_mask(o)]
+    glue_ops = [o for o in chain.ops if not o.kind.compute_intensive and o not in causal]
     for o in chain.ops:
+        if o in causal:
+            continue
         for a in o.accesses:
             if a.tensor.dtype.value not in FLOAT_DTYPES:
                 raise ChainDTypeError(f"{o.name}.{a.tensor.name}", a.tensor.dtype.value)
@@ -258,7 +272,8 @@ def spec_from_chain(chain, name: str = "chain") -> ChainSpec:
                 raise ChainShapeError(f"{names}.{t.name}", f"batch axes {list(t.shape[:-2])} do not match {batch}")
         if glue in ("relu", "gelu", "softmax") and scale <= 0:
             raise UnsupportedChainError(names, f"scale {scale} <= 0 before {glue} is not fused")
-        return GemmChain(batch, ext1["m"], ext2["n"], ext1["k"], ext1["n"], glue=glue, scale=scale, name=name)
+        return GemmChain(batch, ext1["m"], ext2["n"], ext1["k"], ext1["n"], glue=glue, scale=scale, name=name,
+                         causal=bool(causal))
     if o1.kind == OpKind.linear and o2.kind == OpKind.linear:
         X, W1 = o1.inputs[0].tensor, o1.inputs[1].tensor
         W2 = o2.inputs[1].tensor

@@ -107,10 +107,18 @@ def from_torch_export(module: Any, example_inputs: Any, name: str | None = None,
             ep = export_program(module, example_inputs, dynamic_shapes)
         except Exception as e:  # noqa: BLE001 - data-dependent control flow, unregistered output types, ...
             return _fallback(module, example_inputs, name, e, fx_fallback and not dynamic_shapes and not sizes)
-        subs = _symbol_values(ep, module, example_inputs, dynamic_shapes, sizes)
-        return _Translator(ep, subs, strict, _first_names(module)).run(name or type(module).__name__)
+        return graph_from_program(ep, module, example_inputs, name, dynamic_shapes, strict, sizes=sizes)
     finally:
         module.train(was_training)
+
+
+def graph_from_program(ep: Any, module: Any, example_inputs: Any, name: str | None = None,
+                       dynamic_shapes: Any = None, strict: bool = True, *,
+                       sizes: Mapping[str, int] | None = None) -> Graph:
+    """The :class:`Graph` of an already exported (and decomposed, :func:`export_program`) program: for callers
+    that also rewrite ``ep.module()``, whose node names are the graph's op names."""
+    subs = _symbol_values(ep, module, example_inputs, dynamic_shapes, sizes)
+    return _Translator(ep, subs, strict, _first_names(module)).run(name or type(module).__name__)
 
 
 def _fallback(module, example_inputs, name, err: Exception, use_fx: bool) -> Graph:
