@@ -220,16 +220,29 @@ def test_slots_in_a_slow_state_are_timed_again():
 def test_round_robin_timing_keeps_a_contended_stretch_out_of_every_rows_median(monkeypatch):
     from chain_fuser import timing
 
+    class Clock:  # a simulated clock: a real sleep of 1 ms overruns to 2+ ms on a loaded CI machine
+        now = 0.0
+
+        def perf_counter(self):
+            return self.now
+
+        process_time = perf_counter
+
+        def sleep(self, s):
+            self.now += s
+
+    clock = Clock()
+    monkeypatch.setattr(timing, "time", clock)
     monkeypatch.setattr(timing, "WARM_S", 0.0)
     monkeypatch.setattr(timing, "POOL_SETTLE_S", 0.0)
 
     def machine(slow_slots: range):
-        """Variants that sleep 1 ms a call, 3 ms during a stretch of timed slots (counted across all rows)."""
+        """Variants that take 1 ms a call, 3 ms during a stretch of timed slots (counted across all rows)."""
         state = {"slot": -1, "timing": False}
 
         def call():
             slow = state["timing"] and state["slot"] in slow_slots
-            time.sleep(0.003 if slow else 0.001)
+            clock.sleep(0.003 if slow else 0.001)
 
         class Slot:  # a probe that only counts the timed slots (each is preceded by wait_fast)
             exhausted, last = False, 1.0
