@@ -29,6 +29,8 @@ class ChainDecision:
     spec: Any = None
     kernel: Any = None
     report: Any = None
+    gain: float | None = None
+    """Eager ms / fused ms of the chain timed alone (None where not measured)."""
 
     def __str__(self) -> str:
         what = "fused" if self.fused else "NOT fused"
@@ -250,7 +252,9 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
     ``tune=True`` times the model's top ``top_k`` plans and keeps the fastest (cached on disk); ``tune=False``
     builds the model's first choice. With ``tune`` and ``keep_faster_eager``, a chain whose best kernel measures
     more than ``EAGER_MARGIN`` slower than eager PyTorch on the same chain stays eager (the decision gives both
-    times). Chains left unfused are listed in the result's ``decisions`` with the reason (and warned about).
+    times); then the rewritten module is timed against the original on the example inputs, and while it is not
+    faster, the fused chain with the smallest gain goes back to eager (:func:`measure_module` says why the chains
+    alone do not decide). Chains left unfused are listed in the result's ``decisions`` with the reason (and warned about).
     ``winograd``: the Winograd tile sizes tried for 3×3 conv chains (``tune``'s argument: ``()`` none, ``(2, 4)``
     adds F(4×4, 3×3), faster, with 15-25× a direct conv's rounding error)."""
     import torch
@@ -260,31 +264,89 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
     example_inputs = tuple(example_inputs)
     module = (fn_or_module if isinstance(fn_or_module, torch.nn.Module)
               else _FnModule.wrap(fn_or_module, len(example_inputs)))
+    opt = _Options(top_k, tune, device, use_cache, keep_faster_eager, winograd)
+    label = name or type(module).__name__
     try:
-        g, gm = _capture(module, example_inputs, name or type(module).__name__)
+        gm, near, per_chain = _build(module, example_inputs, label, opt)
+        if tune and keep_faster_eager and any(d.fused for d in per_chain):
+            gm, per_chain = _keep_if_faster_whole(module, example_inputs, label, opt, gm, per_chain)
     except _CaptureError as e:
         # nothing is fused, but the caller still gets a working callable and the reason
         d = ChainDecision(("<graph>",), False, f"the shared frontend cannot translate the graph: {e}")
         warnings.warn(f"chain_fuser: {d}", stacklevel=2)
         return CompiledModule(module, [d], module)
-    nodes = {n.name: n for n in gm.graph.nodes}
-    chains = g.chains()
-    in_chain = {n for c in chains for n in c.names}
-    decisions = [ChainDecision(tuple(path), False, why) for path, why in _near_chains(g, in_chain)]
-    opt = _Options(top_k, tune, device, use_cache, keep_faster_eager, winograd)
-    for i, ch in enumerate(chains):
-        try:
-            decisions.append(_fuse_chain(gm, g, ch, f"{g.name}_chain{i}", nodes, opt))
-        except (ChainFuserError, ChainDTypeError) as e:
-            decisions.append(ChainDecision(ch.names, False, str(e)))
+    decisions = near + per_chain
     for d in decisions:
         if not d.fused:
             warnings.warn(f"chain_fuser: {d}", stacklevel=2)
         elif verbose:
             print(f"chain_fuser: {d}")
+    return CompiledModule(gm, decisions, module, _signature(example_inputs))
+
+
+def _build(module, example_inputs: tuple, label: str, opt: "_Options", chosen: list | None = None):
+    """(rewritten GraphModule, near-chain decisions, one decision per chain): capture, then fuse each chain; with
+    ``chosen`` (an earlier build's decisions per chain) rewrite with the kernels already built, fusing only the
+    chains still marked fused."""
+    g, gm = _capture(module, example_inputs, label)
+    nodes = {n.name: n for n in gm.graph.nodes}
+    chains = g.chains()
+    in_chain = {n for c in chains for n in c.names}
+    near = [ChainDecision(tuple(path), False, why) for path, why in _near_chains(g, in_chain)]
+    per_chain = []
+    for i, ch in enumerate(chains):
+        try:
+            if chosen is None:
+                per_chain.append(_fuse_chain(gm, g, ch, f"{g.name}_chain{i}", nodes, opt))
+                continue
+            if chosen[i].fused:
+                _apply(gm, g, ch, f"{g.name}_chain{i}", nodes, chosen[i].kernel)
+            per_chain.append(chosen[i])
+        except (ChainFuserError, ChainDTypeError) as e:
+            per_chain.append(ChainDecision(ch.names, False, str(e)))
     gm.graph.lint()
     gm.recompile()
-    return CompiledModule(gm, decisions, module, _signature(example_inputs))
+    return gm, near, per_chain
+
+
+def measure_module(compiled, original, example_inputs: tuple, repeat: int = 7) -> tuple[float, float]:
+    """(rewritten ms, original ms) of the whole module on the example inputs, interleaved in this process.
+
+    Why the whole module: there each fused kernel starts right after torch's ops, while torch's OpenMP workers
+    still spin on the cores, and reads its operands in the layouts torch left them in (a BERT-base layer on a
+    2-core Zen 3: its MLP kernel 13.2 ms alone, 21.6 ms right after a LayerNorm; its attention 1.2 ms alone,
+    9.0 ms in the layer), which timing the chain alone does not see."""
+    import torch
+
+    from .timing import time_interleaved
+
+    with torch.no_grad():
+        ms = time_interleaved({"fused": lambda: compiled(*example_inputs),
+                               "eager": lambda: original(*example_inputs)}, repeat, 0.5)
+    return ms["fused"], ms["eager"]
+
+
+def _whole_is_faster(gm, module, example_inputs) -> tuple[bool, float, float]:
+    """Whether the rewritten module is strictly faster than the original; a near tie is timed again, longer."""
+    fused_ms, eager_ms = measure_module(gm, module, example_inputs)
+    if abs(fused_ms / eager_ms - 1) < EAGER_MARGIN:
+        fused_ms, eager_ms = measure_module(gm, module, example_inputs, repeat=21)
+    return fused_ms < eager_ms, fused_ms, eager_ms
+
+
+def _keep_if_faster_whole(module, example_inputs, label, opt, gm, per_chain):
+    """Never slower than the user's module: while the rewritten module is not faster than the original, the fused
+    chain with the smallest gain measured alone goes back to eager, and the module is rebuilt and timed again."""
+    while True:
+        faster, fused_ms, eager_ms = _whole_is_faster(gm, module, example_inputs)
+        fused = [d for d in per_chain if d.fused]
+        if faster or not fused:
+            return gm, per_chain
+        worst = min(fused, key=lambda d: d.gain if d.gain is not None else math.inf)
+        why = (f"kept eager: the whole module took {fused_ms:.3f} ms with it and {len(fused) - 1} other chain(s) "
+               f"fused, {eager_ms:.3f} ms eager (alone: {worst.reason})")
+        per_chain = [dataclasses.replace(d, fused=False, reason=why) if d is worst else d for d in per_chain]
+        gm, _, per_chain = _build(module, example_inputs, label, opt, chosen=per_chain)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -326,36 +388,44 @@ def _fuse_chain(gm, g, ch, label: str, nodes, opt: _Options) -> ChainDecision:
     from .kernel import tune as tune_fn
     from .planner import plan_chain
 
-    spec, src, sdpa, linear = _chain_spec(ch, nodes, g, label)
+    spec, _, sdpa, _ = _chain_spec(ch, nodes, g, label)
     if opt.tune:
         kernel, rep = tune_fn(spec, top_k=opt.top_k, device=opt.device, use_cache=opt.use_cache,
                               winograd=opt.winograd)
     else:
         kernel, rep = build_kernel(spec, plan_chain(spec, opt.device, top_k=1)[0], True, opt.use_cache), None
+    gain = None
     if opt.tune and opt.keep_faster_eager:
-        why = _eager_is_faster(spec, kernel, sdpa is not None, opt.use_cache)
+        why, gain = _eager_is_faster(spec, kernel, sdpa is not None, opt.use_cache)
         if why:
-            return ChainDecision(ch.names, False, why, spec, kernel, rep)
+            return ChainDecision(ch.names, False, why, spec, kernel, rep, gain)
+    _apply(gm, g, ch, label, nodes, kernel)
+    how = (f"{kernel.plan.micro.name}, order {','.join(kernel.plan.fused.order)}"
+           if kernel.algorithm == "direct" else f"{kernel.algorithm} ({kernel.plan.micro.name})")
+    return ChainDecision(ch.names, True, how, spec, kernel, rep, gain)
+
+
+def _apply(gm, g, ch, label: str, nodes, kernel) -> None:
+    """Replace the chain's nodes in ``gm`` by one call of ``kernel``."""
+    spec, src, sdpa, linear = _chain_spec(ch, nodes, g, label)
     if sdpa is not None:
         _rewrite_sdpa(gm, sdpa, kernel, _meta_shape(gm, ch.ops[-1]))
     else:
         _rewrite(gm, ch, spec, kernel, nodes, src, linear)
-    how = (f"{kernel.plan.micro.name}, order {','.join(kernel.plan.fused.order)}"
-           if kernel.algorithm == "direct" else f"{kernel.algorithm} ({kernel.plan.micro.name})")
-    return ChainDecision(ch.names, True, how, spec, kernel, rep)
 
 
-def _eager_is_faster(spec, kernel, sdpa: bool, use_cache: bool) -> str | None:
-    """The reason to keep eager PyTorch for this chain, or None. A result within ``EAGER_MARGIN`` of a tie is
-    measured again, three times as long, and that measurement decides (and replaces the cached one): a single
-    short measurement on a shared machine mistook 0.91× for a win."""
+def _eager_is_faster(spec, kernel, sdpa: bool, use_cache: bool) -> tuple[str | None, float]:
+    """(the reason to keep eager PyTorch for this chain or None, eager ms / fused ms). A result within
+    ``EAGER_MARGIN`` of a tie is measured again, three times as long, and that measurement decides (and replaces
+    the cached one): a single short measurement on a shared machine mistook 0.91× for a win."""
     kw = dict(eager=sdpa_eager(spec), eager_name="sdpa") if sdpa else {}
     fused_ms, eager_ms = measure_vs_eager(spec, kernel, use_cache, **kw)
     if abs(fused_ms / eager_ms - 1) < EAGER_MARGIN:
         fused_ms, eager_ms = measure_vs_eager(spec, kernel, use_cache, repeat=21, remeasure=True, **kw)
+    times = f"the fused kernel took {fused_ms:.3f} ms, eager PyTorch {eager_ms:.3f} ms"
     if fused_ms < eager_ms:
-        return None
-    return f"kept eager: the fused kernel took {fused_ms:.3f} ms, eager PyTorch {eager_ms:.3f} ms"
+        return None, eager_ms / fused_ms
+    return f"kept eager: {times}", eager_ms / fused_ms
 
 
 class _CaptureError(Exception):

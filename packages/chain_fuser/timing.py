@@ -345,9 +345,10 @@ class TorchServer(_ChildServer):
         return self._variant(name, kind="gemm" if isinstance(spec, GemmChain) else "conv", fields=fields,
                              variant=which)
 
-    def block_variant(self, block: str) -> "SelfTimed":
-        """Eager PyTorch of one of ``bench_compile.blocks()`` (by name) in the child."""
-        return self._variant(block, cmd="setup_block", block=block)
+    def block_variant(self, block: str, which: str = "eager") -> "SelfTimed":
+        """One of ``bench_compile.blocks()`` (by name) in the child: eager PyTorch, or a key of
+        :data:`TORCH_COMPILE_MODES` for the block through ``torch.compile``."""
+        return self._variant(f"{block}/{which}", cmd="setup_block", block=block, variant=which)
 
 
 class OpenBLASServer(_ChildServer):

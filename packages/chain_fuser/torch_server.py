@@ -20,19 +20,25 @@ def setup(j):
 
 
 def setup_block(j):
-    """A model block of :func:`chain_fuser.bench_compile.blocks`, built with a fixed seed."""
+    """A model block of :func:`chain_fuser.bench_compile.blocks`, built with a fixed seed; eager, or through
+    ``torch.compile`` in the mode ``TORCH_COMPILE_MODES[j["variant"]]`` (compiled here by a first call)."""
     import torch
 
     from .bench_compile import blocks
+    from .timing import TORCH_COMPILE_MODES
 
     torch.manual_seed(0)
     module, ins = [b for b in blocks() if b["name"] == j["block"]][0]["build"]()
     module.eval()
+    run = module
+    if j.get("variant", "eager") in TORCH_COMPILE_MODES:
+        run = torch.compile(module, mode=TORCH_COMPILE_MODES[j["variant"]], dynamic=False)
 
-    def f(module=module, ins=ins):
+    def f(run=run, ins=ins):
         with torch.no_grad():
-            return module(*ins)
+            return run(*ins)
 
+    f()
     return f
 
 

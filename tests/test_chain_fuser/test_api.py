@@ -234,6 +234,7 @@ def test_compile_keeps_eager_when_the_fused_kernel_is_slower(tmp_path, monkeypat
     import chain_fuser.frontend as fe
 
     monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    monkeypatch.setattr(fe, "measure_module", lambda *a, **kw: (1.0, 2.0))  # this test is about the chain alone
 
     def f(a, b, d):
         return torch.relu(a @ b) @ d
@@ -256,6 +257,7 @@ def test_a_near_tie_is_measured_again_and_that_measurement_decides(tmp_path, mon
     import chain_fuser.frontend as fe
 
     monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    monkeypatch.setattr(fe, "measure_module", lambda *a, **kw: (1.0, 2.0))  # this test is about the chain alone
     calls = []
 
     def fake(first, second):
@@ -278,6 +280,39 @@ def test_a_near_tie_is_measured_again_and_that_measurement_decides(tmp_path, mon
     monkeypatch.setattr(fe, "measure_vs_eager", fake((0.5, 1.0), (9.0, 1.0)))
     assert len(chain_fuser.compile(f, (a, b, d), top_k=1).fused) == 1
     assert calls == [(7, False)]  # a clear win is not measured twice
+
+
+def test_a_module_not_faster_as_a_whole_gets_its_weakest_chains_back_eager(tmp_path, monkeypatch):
+    """Each chain measured faster alone, but the rewritten module is timed against the original too: while it is
+    not faster, the fused chain with the smallest gain alone goes back to eager and the module is rebuilt."""
+    import chain_fuser.frontend as fe
+
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+
+    def f(a, b, d, e):
+        return torch.relu(a @ b) @ d, torch.relu(a @ e) @ d
+
+    a, b, d, e = torch.randn(1, 24, 16), torch.randn(1, 16, 32), torch.randn(1, 32, 8), torch.randn(1, 16, 32)
+    gains = iter([(0.5, 1.0), (0.8, 1.0)])  # the first chain 2× alone, the second 1.25×
+    monkeypatch.setattr(fe, "measure_vs_eager", lambda *a, **kw: next(gains))
+    wholes = []
+
+    def whole(compiled, original, ins, repeat=7):
+        fused = sum(n.name.startswith("chain_fuser") for n in compiled.graph.nodes if n.op == "call_function")
+        wholes.append(fused)
+        return (3.0, 2.0) if fused == 2 else (1.0, 2.0)  # slower with both fused, faster with one
+
+    monkeypatch.setattr(fe, "measure_module", whole)
+    with pytest.warns(UserWarning, match="kept eager: the whole module took 3.000 ms with it and 1 other"):
+        c = chain_fuser.compile(f, (a, b, d, e), top_k=1)
+    assert wholes == [2, 1] and len(c.fused) == 1 and c.fused[0].gain == 2.0
+    assert [d.gain for d in c.unfused if d.kernel is not None] == [1.25]
+    for got, want in zip(c(a, b, d, e), f(a, b, d, e)):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-5)
+    monkeypatch.setattr(fe, "measure_module", lambda *a, **kw: (3.0, 2.0))
+    gains = iter([(0.5, 1.0), (0.8, 1.0)])
+    with pytest.warns(UserWarning):
+        assert not chain_fuser.compile(f, (a, b, d, e), top_k=1).fused  # never faster: nothing fused
 
 
 def test_measure_vs_eager_times_both_and_caches(tmp_path, monkeypatch):
