@@ -78,8 +78,8 @@ class CombContext:
     """Relative fitness tolerance within which the lower-energy plan wins (see :attr:`GAConfig.energy_tie`)."""
 
 
-def _score(c: CombContext, res: Result) -> float:
-    return res.latency + c.energy_weight * res.energy / c.p_ref if c.energy_weight else res.latency
+def _score(c: CombContext, latency: float, energy: float) -> float:
+    return latency + c.energy_weight * energy / c.p_ref if c.energy_weight else latency
 
 
 def prefer(cands: Sequence, tol: float, key_fit=lambda x: x[0], key_energy=lambda x: x[1]):
@@ -106,14 +106,24 @@ def comb_evaluate(c: CombContext, order: Sequence[int]
 
 
 def _decodes(c: CombContext, order: Sequence[int]) -> list[tuple[float, float, list]]:
+    from . import fastsim
+
     out = []
     for dctx in ([c.dctx, c.dctx1] if c.dctx1 is not None else [c.dctx]):
+        fast = fastsim.decode(order, dctx, c.barriers)  # the Python decoder's result to the last bit, compiled
+        if fast is not None:
+            judged = fastsim.judge(fast, c.w, c.soc, c.cost, c.max_streams, c.barriers) \
+                if c.fitness == "simulator" else (fast.est, math.inf)
+            if judged is not None:
+                fit = _score(c, *judged) if c.fitness == "simulator" else fast.est
+                out.append((fit, judged[1], fast.windows()))
+                continue
         est, windows, _ = decode(order, dctx, c.barriers)
         fit, energy = est, math.inf
         if c.fitness == "simulator":
             plan = windows_to_plan(windows, dctx.L, c.max_streams, c.algorithm, c.barriers)
             res = simulate(plan, c.w, c.soc, c.cost, validate=False)
-            fit, energy = _score(c, res), res.energy
+            fit, energy = _score(c, res.latency, res.energy), res.energy
         out.append((fit, energy, windows))
     return out
 

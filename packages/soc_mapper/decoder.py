@@ -62,6 +62,10 @@ class DecodeContext:
         write profile per step) keep all of them: list scheduling exactly as the simulator does it."""
         self.acc_bits = [[a for a in range(soc.n) if m >> a & 1] for m in range(1 << soc.n)] if soc.n <= 12 else None
 
+    def __getstate__(self) -> dict:
+        # the compiled decoder's tables (soc_mapper.fastsim) hold raw pointers: each worker builds its own
+        return {k: v for k, v in self.__dict__.items() if k != "_fast"}
+
     def accs_of(self, mask: int) -> list[int]:
         if self.acc_bits is not None:
             return self.acc_bits[mask]

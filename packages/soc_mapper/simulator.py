@@ -171,6 +171,10 @@ class FastTables:
     inv_bw: list[list[float]]
     """1 / bandwidth between accelerators, s per byte."""
 
+    def __getstate__(self) -> dict:
+        # the compiled simulator's tables (soc_mapper.fastsim) hold raw pointers: each worker builds its own
+        return {k: v for k, v in self.__dict__.items() if k != "_c"}
+
 
 def fast_tables(w: Workload, soc: SoC, cost: CostTable) -> FastTables:
     """:class:`FastTables` of a problem, cached on the cost table (one per (workload, SoC))."""
@@ -192,11 +196,24 @@ def simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable, validate: bool 
     """Start/finish times, latency, energy and PE occupancy of a plan."""
     if validate:
         validate_plan(plan, w, soc, cost)
+    from . import fastsim
+
+    fast = fastsim.simulate(plan, w, soc, cost)  # the same schedule to the last bit, compiled (None: not taken)
+    if fast is not None:
+        start, finish, stream, busy, makespan, energy = fast
+        return Result(makespan, energy, _occupancy(start, finish, plan.placement, soc, cost, makespan), start,
+                      finish, stream, busy.tolist(), plan.algorithm)
     with gc_paused():
         return _simulate(plan, w, soc, cost)
 
 
+def _occupancy(start, finish, pl, soc: SoC, cost: CostTable, makespan: float) -> float:
+    work = float(np.sum((finish - start) * cost.pes[np.arange(len(start)), np.asarray(pl)]))
+    return work / (sum(a.num_pes for a in soc.accs) * makespan) if makespan > 0 else 0.0
+
+
 def _simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable) -> Result:
+    """The Python schedule (the oracle of :mod:`soc_mapper.fastsim`)."""
     L = len(w.layers)
     st = SimState(w, soc, cost, plan.max_streams)
     pl = plan.placement
@@ -209,13 +226,11 @@ def _simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable) -> Result:
         st.place(v, pl[v], bool(pinned[v]) if pinned is not None else False)
     start, finish = st.start, st.finish
     makespan = float(finish.max()) if L else 0.0
-    idx = np.arange(L)
-    power = cost.power[idx, np.asarray(pl)] if L else np.zeros(0)
+    power = cost.power[np.arange(L), np.asarray(pl)] if L else np.zeros(0)
     energy = phase_energy(start, finish, power)
-    work = float(np.sum((finish - start) * cost.pes[idx, np.asarray(pl)]))
-    occ = work / (sum(a.num_pes for a in soc.accs) * makespan) if makespan > 0 else 0.0
     stream, busy = _streams(start, finish, pl, soc.n)
-    return Result(makespan, energy, occ, start, finish, stream, busy, plan.algorithm)
+    return Result(makespan, energy, _occupancy(start, finish, pl, soc, cost, makespan), start, finish, stream, busy,
+                  plan.algorithm)
 
 
 def _phases(start: np.ndarray, finish: np.ndarray, power: np.ndarray) -> Iterator[tuple[float, int]]:
