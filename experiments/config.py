@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Mapping, Optional, Union
 
-WORKLOAD_SOURCES = ("zoo", "file")
+WORKLOAD_SOURCES = ("zoo", "file", "hf", "python")
 GRAPH_SUFFIXES = (".yaml", ".yml", ".json", ".onnx")
 
 
@@ -47,16 +47,26 @@ class WorkloadConfig:
     """One workload (config group ``workload``): a zoo model by name, or a graph file."""
 
     source: str = "zoo"
-    """``zoo`` (a model of :mod:`shared_ir.zoo`, traced with random weights) or ``file`` (a graph file)."""
+    """``zoo`` (a model of :mod:`shared_ir.zoo`, traced with random weights), ``file`` (a graph file), ``hf`` (a
+    Hugging Face model type built from ``config``, random weights) or ``python`` (``target``, the user's code)."""
     name: Optional[str] = None
-    """Zoo model name (``source: zoo``), e.g. ``resnet18``; for files, an optional display name."""
+    """Zoo model name (``source: zoo``), e.g. ``resnet18``; Hugging Face model type (``source: hf``), e.g. ``gpt2``,
+    ``llama``, ``bert``, ``vit``, ``t5``, ``whisper``; for files and ``python``, an optional display name."""
     batch: int = 1
-    """Batch size the zoo model is traced at."""
+    """Batch size the model is traced at."""
     path: Optional[str] = None
     """Graph file (``source: file``): shared_ir YAML/JSON (``Graph.save``) or ONNX (``.onnx``). Relative paths are
     taken from the working directory, then from the repository root."""
     kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments of ``shared_ir.zoo.graph`` (e.g. ``seq`` for transformers, ``img`` for vision models)."""
+    """Extra keyword arguments of ``shared_ir.zoo.graph`` (e.g. ``seq`` for transformers, ``img`` for vision models),
+    or of the ``python`` target."""
+    config: dict[str, Any] = field(default_factory=dict)
+    """Fields of the Hugging Face config (``source: hf``), e.g. ``workload.config.n_layer=2``."""
+    seq: int = 128
+    """Sequence length of text models (``source: hf``)."""
+    target: Optional[str] = None
+    """``module:function`` (``source: python``): called with ``kwargs``, it returns a ``shared_ir.Graph`` or
+    ``(torch module, example inputs)`` (imported with torch.export)."""
 
     def __post_init__(self) -> None:
         p = "workload"
@@ -65,12 +75,22 @@ class WorkloadConfig:
                                         self.source)
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
             raise ExperimentConfigError(f"{p}.batch", f"must be an integer >= 1, got {self.batch!r}", self.batch)
-        if not isinstance(self.kwargs, Mapping):
-            raise ExperimentConfigError(f"{p}.kwargs", f"must be a mapping, got {self.kwargs!r}", self.kwargs)
-        self.kwargs = dict(self.kwargs)
-        if self.source == "zoo":
+        for k in ("kwargs", "config"):
+            v = getattr(self, k)
+            if not isinstance(v, Mapping):
+                raise ExperimentConfigError(f"{p}.{k}", f"must be a mapping, got {v!r}", v)
+            setattr(self, k, dict(v))
+        if isinstance(self.seq, bool) or not isinstance(self.seq, int) or self.seq < 1:
+            raise ExperimentConfigError(f"{p}.seq", f"must be an integer >= 1, got {self.seq!r}", self.seq)
+        if self.source == "python":
+            if _is_missing(self.target) or ":" not in str(self.target):
+                raise ExperimentConfigError(f"{p}.target", "is required for source=python as module:function "
+                                            "(e.g. workload.target=my_models:build)", self.target)
+            self.name = None if _is_missing(self.name) else self.name
+        elif self.source in ("zoo", "hf"):
             if _is_missing(self.name) or not str(self.name).strip():
-                raise ExperimentConfigError(f"{p}.name", "is required for source=zoo (e.g. workload.name=resnet18)",
+                raise ExperimentConfigError(f"{p}.name", f"is required for source={self.source} "
+                                            f"(e.g. workload.name={'resnet18' if self.source == 'zoo' else 'gpt2'})",
                                             self.name)
         else:
             if _is_missing(self.path) or not str(self.path).strip():

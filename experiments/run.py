@@ -224,8 +224,20 @@ def main(cfg: DictConfig) -> dict | None:
         sys.exit(1)
 
 
+OPEN_DICTS = ("workload.config.", "workload.kwargs.")
+"""Config dicts whose keys the user chooses (a Hugging Face config's fields, a builder's arguments)."""
+
+
+def open_dict_overrides(argv: list[str]) -> list[str]:
+    """``workload.config.n_layer=2`` as ``++workload.config.n_layer=2``: Hydra's struct mode would refuse a key
+    the YAML does not list, and these dicts are empty by design."""
+    return [f"++{a}" if a.startswith(OPEN_DICTS) and "=" in a else a for a in argv]
+
+
 if __name__ == "__main__":
     from .searchpath import register
+
+    sys.argv = open_dict_overrides(sys.argv)
 
     try:
         register()

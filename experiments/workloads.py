@@ -49,6 +49,16 @@ def load_workload(cfg: Mapping[str, Any] | WorkloadConfig | None) -> "Graph":
                                         f"{sorted(models)}", wl.name)
         return zoo.graph(wl.name, batch=wl.batch, **wl.kwargs)
 
+    if wl.source == "hf":
+        from shared_ir.errors import ValidationError
+        from shared_ir.frontends.hf import from_hf
+
+        try:
+            return from_hf(wl.name, wl.config, wl.batch, wl.seq)
+        except ValidationError as e:
+            raise ExperimentConfigError(f"workload.{e.path}", str(e)[len(e.path) + 2:], e.value) from None
+    if wl.source == "python":
+        return _python_workload(wl)
     path = resolve_path(wl.path)
     if path.suffix.lower() == ".onnx":
         from shared_ir.frontends.onnx_frontend import from_onnx
@@ -63,13 +73,44 @@ def load_workload(cfg: Mapping[str, Any] | WorkloadConfig | None) -> "Graph":
     return g
 
 
+def _python_workload(wl: WorkloadConfig) -> "Graph":
+    """``module:function`` called with ``kwargs``: a Graph as it is, ``(module, inputs)`` through torch.export."""
+    import importlib
+    import sys
+
+    from shared_ir import Graph
+
+    mod_name, fn_name = str(wl.target).split(":", 1)
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))  # the user's module beside where they run the experiment
+    try:
+        fn = getattr(importlib.import_module(mod_name), fn_name)
+    except (ImportError, AttributeError) as e:
+        raise ExperimentConfigError("workload.target", f"cannot load {wl.target!r}: {e}", wl.target) from None
+    out = fn(**wl.kwargs)
+    if isinstance(out, Graph):
+        g = out
+    elif isinstance(out, tuple) and len(out) == 2:
+        from shared_ir.frontends import from_torch_export
+
+        g = from_torch_export(out[0], out[1], name=wl.name or fn_name)
+    else:
+        raise ExperimentConfigError("workload.target", f"{wl.target} returned {type(out).__name__}; expected a "
+                                    "shared_ir.Graph or (torch module, example inputs)", wl.target)
+    if wl.name:
+        g.name = wl.name
+    return g
+
+
 def workload_label(cfg: Mapping[str, Any] | None) -> str:
     """A short name for tables and file names: the zoo name (with batch if > 1) or the file's stem."""
     if not cfg:
         return "none"
-    if cfg.get("source", "zoo") == "zoo":
+    if cfg.get("source", "zoo") in ("zoo", "hf"):
         b = cfg.get("batch", 1)
         return f"{cfg.get('name')}" + (f"_b{b}" if b and b != 1 else "")
+    if cfg.get("source") == "python":
+        return str(cfg.get("name") or str(cfg.get("target")).split(":")[-1])
     return str(cfg.get("name") or Path(str(cfg.get("path"))).stem)
 
 

@@ -35,7 +35,7 @@ def test_groups_are_populated():
     assert {"host", "edge_accel", "rtx4090_workstation", "soc_small"} <= set(HARDWARE)
     zoo = {"resnet18", "resnet50", "mobilenet_v2", "googlenet", "yolov5s", "bert_base", "vit_base", "lstm_lm",
            "mlp2", "transformer_block"}
-    assert zoo | {"file"} == set(WORKLOADS)
+    assert zoo | {"file", "hf", "python"} == set(WORKLOADS)
 
 
 def test_default_config():
@@ -63,12 +63,17 @@ def test_hardware_option_composes_and_loads(name):
 @pytest.mark.parametrize("name", WORKLOADS)
 def test_workload_option_composes_and_validates(name):
     overrides = [f"workload={name}"]
-    if name == "file":
-        overrides.append("workload.path=graph.yaml")
+    required = {"file": "workload.path=graph.yaml", "hf": "workload.name=gpt2", "python": "workload.target=m:build"}
+    if name in required:
+        overrides.append(required[name])
     cfg = _compose(*overrides)
     wl = WorkloadConfig.from_dict(OmegaConf.to_container(cfg.workload, resolve=True))
     if name == "file":
         assert wl.source == "file" and wl.path == "graph.yaml"
+    elif name == "hf":
+        assert (wl.source, wl.name, wl.seq, wl.config) == ("hf", "gpt2", 128, {})
+    elif name == "python":
+        assert (wl.source, wl.target) == ("python", "m:build")
     else:
         assert (wl.source, wl.name, wl.batch) == ("zoo", name, 1)
 
@@ -79,7 +84,7 @@ def test_zoo_workloads_name_real_models():
     if models is None:
         pytest.skip("shared_ir.zoo.MODELS not available")
     for name in WORKLOADS:
-        if name != "file":
+        if name not in ("file", "hf", "python"):
             assert name in models, f"workload/{name}.yaml names a model the zoo does not have"
 
 

@@ -50,7 +50,7 @@ def test_zoo_workload_matches_zoo():
     ({"source": "zoo"}, "workload.name", "required"),
     ({"source": "zoo", "name": "mlp2", "batch": 0}, "workload.batch", "must be an integer >= 1, got 0"),
     ({"source": "zoo", "name": "mlp2", "bacth": 2}, "workload", "unknown fields \\['bacth'\\]"),
-    ({"source": "web", "name": "mlp2"}, "workload.source", "must be one of \\['zoo', 'file'\\]"),
+    ({"source": "web", "name": "mlp2"}, "workload.source", "must be one of \\['zoo', 'file', 'hf', 'python'\\]"),
     ({"source": "file", "path": "???"}, "workload.path", "required"),
     ({"source": "file", "path": "model.pt"}, "workload.path", "must end with one of"),
     ({"source": "file", "path": "no/such/file.yaml"}, "workload.path", "file not found"),
@@ -93,3 +93,50 @@ def test_labels():
     assert workload_label({"source": "file", "path": "/x/y/model.onnx"}) == "model"
     assert workload_label(None) == "none"
     assert WorkloadConfig.from_dict({"name": "mlp2"}).source == "zoo"
+
+
+def test_hf_workload_builds_from_config_fields_and_names_a_bad_one():
+    pytest.importorskip("transformers")
+    cfg = {"source": "hf", "name": "gpt2", "seq": 16,
+           "config": {"n_layer": 1, "n_embd": 32, "n_head": 2, "vocab_size": 64}}
+    g = load_workload(cfg)
+    # one block: q/k/v + projection, the two attention GEMMs and the MLP's two, per token
+    assert g.name == "gpt2" and g.macs == 16 * (32 * 96 + 32 * 32 + 2 * 16 * 32 + 2 * 32 * 128)
+    with pytest.raises(ExperimentConfigError, match=r"workload.config.n_layers.*not a field of GPT2Config"):
+        load_workload({**cfg, "config": {"n_layers": 1}})
+    with pytest.raises(ExperimentConfigError, match=r"workload.name.*unknown Hugging Face model type 'gtp2'"):
+        load_workload({**cfg, "name": "gtp2"})
+    assert workload_label(cfg) == "gpt2"
+
+
+def test_python_workload_takes_a_graph_or_a_module_with_inputs(tmp_path, monkeypatch):
+    (tmp_path / "user_models.py").write_text(
+        "import torch\n"
+        "from shared_ir import Graph, Tensor, ops\n"
+        "def graph(width=16):\n"
+        "    x, w = Tensor('x', (4, width), role='input'), Tensor('w', (8, width), role='weight')\n"
+        "    return Graph([ops.linear('fc', x, w, 'y')], name='g')\n"
+        "def module(width=16):\n"
+        "    return torch.nn.Sequential(torch.nn.Conv1d(3, width, 3), torch.nn.ReLU()), (torch.randn(1, 3, 10),)\n"
+        "def neither():\n"
+        "    return 3\n")
+    monkeypatch.chdir(tmp_path)
+    g = load_workload({"source": "python", "target": "user_models:graph", "kwargs": {"width": 32}})
+    assert g.macs == 4 * 32 * 8
+    g = load_workload({"source": "python", "target": "user_models:module", "name": "mine"})
+    assert g.name == "mine" and g.macs == 16 * 8 * 3 * 3
+    with pytest.raises(ExperimentConfigError, match="workload.target.*returned int"):
+        load_workload({"source": "python", "target": "user_models:neither"})
+    with pytest.raises(ExperimentConfigError, match="workload.target.*cannot load"):
+        load_workload({"source": "python", "target": "user_models:missing"})
+    with pytest.raises(ExperimentConfigError, match="workload.target.*module:function"):
+        WorkloadConfig(source="python", target="user_models")
+
+
+def test_open_dict_overrides_add_config_fields():
+    from experiments.run import open_dict_overrides
+
+    assert open_dict_overrides(["experiment=ir_summary", "workload.config.n_layer=2", "workload.kwargs.w=3",
+                                "+workload.config.x=1", "workload.seq=8"]) == [
+        "experiment=ir_summary", "++workload.config.n_layer=2", "++workload.kwargs.w=3", "+workload.config.x=1",
+        "workload.seq=8"]
