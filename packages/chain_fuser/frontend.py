@@ -254,7 +254,8 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
     more than ``EAGER_MARGIN`` slower than eager PyTorch on the same chain stays eager (the decision gives both
     times); then the rewritten module is timed against the original on the example inputs, and while it is not
     faster, the fused chain with the smallest gain goes back to eager (:func:`measure_module` says why the chains
-    alone do not decide). Chains left unfused are listed in the result's ``decisions`` with the reason (and warned about).
+    alone do not decide). Chains left unfused are listed in the result's ``decisions`` with the reason (and
+    warned about).
     ``winograd``: the Winograd tile sizes tried for 3×3 conv chains (``tune``'s argument: ``()`` none, ``(2, 4)``
     adds F(4×4, 3×3), faster, with 15-25× a direct conv's rounding error)."""
     import torch
