@@ -25,9 +25,9 @@ from deap import base, creator
 from .budget import Curve, converged
 from .config import GAConfig
 from .cost import CostTable
-from .decoder import DecodeContext, decode, windows_to_plan
+from .decoder import DecodeContext, Group, decode, windows_to_plan
 from .parallel import Evaluator, load_checkpoint, save_checkpoint
-from .simulator import Plan, Result, simulate
+from .simulator import Plan, Result, fast_tables, simulate
 from .soc import SoC
 from .workload import Workload
 
@@ -112,11 +112,12 @@ def _decodes(c: CombContext, order: Sequence[int]) -> list[tuple[float, float, l
     for dctx in ([c.dctx, c.dctx1] if c.dctx1 is not None else [c.dctx]):
         fast = fastsim.decode(order, dctx, c.barriers)  # the Python decoder's result to the last bit, compiled
         if fast is not None:
-            judged = fastsim.judge(fast, c.w, c.soc, c.cost, c.max_streams, c.barriers) \
+            judged = fastsim.judge(fast, fast_tables(c.w, c.soc, c.cost), c.w, c.soc, c.cost, c.max_streams,
+                                   c.barriers) \
                 if c.fitness == "simulator" else (fast.est, math.inf)
             if judged is not None:
                 fit = _score(c, *judged) if c.fitness == "simulator" else fast.est
-                out.append((fit, judged[1], fast.windows()))
+                out.append((fit, judged[1], fast.windows(Group)))
                 continue
         est, windows, _ = decode(order, dctx, c.barriers)
         fit, energy = est, math.inf

@@ -23,7 +23,7 @@ import sys
 import threading
 import warnings
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -135,11 +135,10 @@ def decoder_tables(ctx) -> Optional[CTables]:
     return t or None
 
 
-def sim_tables(w, soc, cost) -> CTables:
-    """The C tables of the simulator for (workload, SoC, cost table), kept on :func:`simulator.fast_tables`."""
-    from .simulator import fast_tables
-
-    tb = fast_tables(w, soc, cost)
+def sim_tables(tb, w, soc, cost) -> CTables:
+    """The C tables of the simulator for (workload, SoC, cost table), kept on their
+    :func:`soc_mapper.simulator.fast_tables` ``tb`` (passed in: this module imports neither simulator nor decoder,
+    which import it)."""
     t = getattr(tb, "_c", None)
     if t is None:
         L, A = len(w.layers), soc.n
@@ -170,10 +169,8 @@ class Decoded:
         m, off = self.members.tolist(), self.off.tolist()
         return [(tuple(m[off[k]:off[k + 1]]), o) for k, o in enumerate(self.occ.tolist())]
 
-    def windows(self) -> list:
-        """The windows as :class:`soc_mapper.decoder.Group` lists (what the Python decoder returns)."""
-        from .decoder import Group
-
+    def windows(self, Group) -> list:
+        """The windows as lists of ``Group`` (:class:`soc_mapper.decoder.Group`: what the Python decoder returns)."""
         out: list[list] = []
         m, off = self.members.tolist(), self.off.tolist()
         for k, (w, a, s, f, o) in enumerate(zip(self.win.tolist(), self.acc.tolist(), self.start.tolist(),
@@ -220,7 +217,7 @@ def _run(t: CTables, lib, placement: np.ndarray, order: np.ndarray, phase, pinne
     return None if rc < 0 else (start, finish, stream, busy, float(out[0]), float(out[1]))
 
 
-def simulate(plan, w, soc, cost, full: bool = True) -> Optional[tuple]:
+def simulate(plan, tb, w, soc, cost, full: bool = True) -> Optional[tuple]:
     """:func:`soc_mapper.simulator.simulate`'s schedule in C: (start, finish, stream, busy, latency, energy)
     (stream and busy None unless ``full``), or None (then the caller runs the Python simulator)."""
     lib = load()
@@ -236,10 +233,10 @@ def simulate(plan, w, soc, cost, full: bool = True) -> Optional[tuple]:
         return None
     if (phase is not None and len(phase) != L) or (pinned is not None and len(pinned) != L):
         return None
-    return _run(sim_tables(w, soc, cost), lib, pl, order, phase, pinned, _streams(soc, plan.max_streams), full)
+    return _run(sim_tables(tb, w, soc, cost), lib, pl, order, phase, pinned, _streams(soc, plan.max_streams), full)
 
 
-def judge(d: Decoded, w, soc, cost, max_streams: Optional[int], barriers: bool) -> Optional[tuple[float, float]]:
+def judge(d: Decoded, tb, w, soc, cost, max_streams: Optional[int], barriers: bool) -> Optional[tuple[float, float]]:
     """(latency, energy) of the plan :func:`soc_mapper.decoder.windows_to_plan` makes of a decode, simulated
     in C without building the plan; None when the decode does not cover every layer."""
     lib = load()
@@ -253,18 +250,6 @@ def judge(d: Decoded, w, soc, cost, max_streams: Optional[int], barriers: bool) 
     if barriers:
         phase = np.zeros(L, dtype=np.int64)
         phase[d.members] = np.repeat(d.win, counts)
-    r = _run(sim_tables(w, soc, cost), lib, pl, np.ascontiguousarray(d.members), phase, None,
+    r = _run(sim_tables(tb, w, soc, cost), lib, pl, np.ascontiguousarray(d.members), phase, None,
              _streams(soc, max_streams), False)
     return None if r is None else (r[4], r[5])
-
-
-def plan_of(d: Decoded, L: int, max_streams: Optional[int], algorithm: str, barriers: bool) -> Any:
-    """:func:`soc_mapper.decoder.windows_to_plan` of a decode."""
-    from .simulator import Plan
-
-    counts = np.diff(d.off)
-    pl = np.zeros(L, dtype=np.int64)
-    pl[d.members] = np.repeat(d.acc, counts)
-    phase = np.zeros(L, dtype=np.int64)
-    phase[d.members] = np.repeat(d.win, counts)
-    return Plan(pl.tolist(), d.members.tolist(), phase.tolist() if barriers else None, max_streams, None, algorithm)

@@ -198,7 +198,8 @@ def simulate(plan: Plan, w: Workload, soc: SoC, cost: CostTable, validate: bool 
         validate_plan(plan, w, soc, cost)
     from . import fastsim
 
-    fast = fastsim.simulate(plan, w, soc, cost)  # the same schedule to the last bit, compiled (None: not taken)
+    # the same schedule to the last bit, compiled (None: not taken)
+    fast = fastsim.simulate(plan, fast_tables(w, soc, cost), w, soc, cost)
     if fast is not None:
         start, finish, stream, busy, makespan, energy = fast
         return Result(makespan, energy, _occupancy(start, finish, plan.placement, soc, cost, makespan), start,

@@ -8,8 +8,8 @@ from soc_mapper import fastsim
 from soc_mapper.comb import comb_search, random_topo
 from soc_mapper.config import GAConfig
 from soc_mapper.cost import cost_table
-from soc_mapper.decoder import DecodeContext, decode, windows_to_plan
-from soc_mapper.simulator import Plan, _simulate, simulate
+from soc_mapper.decoder import DecodeContext, Group, decode, windows_to_plan
+from soc_mapper.simulator import Plan, _simulate, fast_tables, simulate
 from soc_mapper.soc import soc_from_system
 from soc_mapper.workload import load_mix
 
@@ -37,10 +37,11 @@ def test_decode_and_judge_equal_the_python_decoder_and_simulator(window, barrier
             est, windows, _ = decode(order, ctx, barriers)
             fast = fastsim.decode(order, ctx, barriers)
             assert fast is not None, name
-            assert fast.est == est and fast.windows() == windows, name
+            assert fast.est == est and fast.windows(Group) == windows, name
             plan = windows_to_plan(windows, ctx.L, max_streams, "comb", barriers)
             res = _simulate(plan, w, soc, cost)
-            assert fastsim.judge(fast, w, soc, cost, max_streams, barriers) == (res.latency, res.energy), name
+            judged = fastsim.judge(fast, fast_tables(w, soc, cost), w, soc, cost, max_streams, barriers)
+            assert judged == (res.latency, res.energy), name
 
 
 def test_full_simulation_equals_the_python_schedule_on_random_plans():
@@ -78,6 +79,6 @@ def test_contexts_with_compiled_tables_still_pickle_for_worker_processes():
     ctx = DecodeContext(w, soc, cost, 8, None)
     order = random_topo(w, random.Random(0))
     d = fastsim.decode(order, ctx)
-    fastsim.judge(d, w, soc, cost, None, False)
+    fastsim.judge(d, fast_tables(w, soc, cost), w, soc, cost, None, False)
     ctx2, cost2 = pickle.loads(pickle.dumps((ctx, cost)))
     assert fastsim.decode(order, ctx2).est == d.est
