@@ -111,13 +111,14 @@ def _decodes(c: CombContext, order: Sequence[int]) -> list[tuple[float, float, l
     out = []
     for dctx in ([c.dctx, c.dctx1] if c.dctx1 is not None else [c.dctx]):
         fast = fastsim.decode(order, dctx, c.barriers)  # the Python decoder's result to the last bit, compiled
+        if fast is not None and c.fitness != "simulator":
+            out.append((fast.est, math.inf, fast.windows(Group)))
+            continue
         if fast is not None:
             judged = fastsim.judge(fast, fast_tables(c.w, c.soc, c.cost), c.w, c.soc, c.cost, c.max_streams,
-                                   c.barriers) \
-                if c.fitness == "simulator" else (fast.est, math.inf)
+                                   c.barriers)
             if judged is not None:
-                fit = _score(c, *judged) if c.fitness == "simulator" else fast.est
-                out.append((fit, judged[1], fast.windows(Group)))
+                out.append((_score(c, *judged), judged[1], fast.windows(Group)))
                 continue
         est, windows, _ = decode(order, dctx, c.barriers)
         fit, energy = est, math.inf
