@@ -6,24 +6,11 @@ Deliberately light: no torch/tvm, and shared_ir is imported lazily so ``--help``
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Union
 
-WORKLOAD_SOURCES = ("zoo", "file", "hf", "python")
-GRAPH_SUFFIXES = (".yaml", ".yml", ".json", ".onnx")
-
-
-class ExperimentConfigError(ValueError):
-    """An invalid experiment/workload/task config. ``path`` is the dotted field path, ``value`` the bad value."""
-
-    def __init__(self, path: str, problem: str, value: object = None):
-        self.path, self.problem, self.value = path, problem, value
-        super().__init__(f"{path} {problem}" if path else problem)
-
-
-def _is_missing(v: Any) -> bool:
-    # OmegaConf's mandatory marker survives to_container(..., throw_on_missing=False) as the string "???"
-    return v is None or v == "???"
+from shared_ir.errors import ConfigFieldError as ExperimentConfigError  # one config-error type, shared_ir's
+from shared_ir.workload import WORKLOAD_SOURCES, WorkloadConfig  # noqa: F401  (re-exported)
 
 
 def _missing_paths(v: Any, path: str) -> list[str]:
@@ -33,84 +20,6 @@ def _missing_paths(v: Any, path: str) -> list[str]:
     if isinstance(v, list):
         return [p for i, x in enumerate(v) for p in _missing_paths(x, f"{path}[{i}]")]
     return [path] if v == "???" else []
-
-
-def _check_unknown(cls: type, data: Mapping[str, Any], path: str) -> None:
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ExperimentConfigError(path, f"has unknown fields {unknown}; expected some of {sorted(known)}", unknown)
-
-
-@dataclass
-class WorkloadConfig:
-    """One workload (config group ``workload``): a zoo model by name, or a graph file."""
-
-    source: str = "zoo"
-    """``zoo`` (a model of :mod:`shared_ir.zoo`, traced with random weights), ``file`` (a graph file), ``hf`` (a
-    Hugging Face model type built from ``config``, random weights) or ``python`` (``target``, the user's code)."""
-    name: Optional[str] = None
-    """Zoo model name (``source: zoo``), e.g. ``resnet18``; Hugging Face model type (``source: hf``), e.g. ``gpt2``,
-    ``llama``, ``bert``, ``vit``, ``t5``, ``whisper``; for files and ``python``, an optional display name."""
-    batch: int = 1
-    """Batch size the model is traced at."""
-    path: Optional[str] = None
-    """Graph file (``source: file``): shared_ir YAML/JSON (``Graph.save``) or ONNX (``.onnx``). Relative paths are
-    taken from the working directory, then from the repository root."""
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    """Extra keyword arguments of ``shared_ir.zoo.graph`` (e.g. ``seq`` for transformers, ``img`` for vision models),
-    or of the ``python`` target."""
-    config: dict[str, Any] = field(default_factory=dict)
-    """Fields of the Hugging Face config (``source: hf``), e.g. ``workload.config.n_layer=2``."""
-    seq: int = 128
-    """Sequence length of text models (``source: hf``)."""
-    target: Optional[str] = None
-    """``module:function`` (``source: python``): called with ``kwargs``, it returns a ``shared_ir.Graph`` or
-    ``(torch module, example inputs)`` (imported with torch.export)."""
-
-    def __post_init__(self) -> None:
-        p = "workload"
-        if self.source not in WORKLOAD_SOURCES:
-            raise ExperimentConfigError(f"{p}.source", f"must be one of {list(WORKLOAD_SOURCES)}, got {self.source!r}",
-                                        self.source)
-        if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
-            raise ExperimentConfigError(f"{p}.batch", f"must be an integer >= 1, got {self.batch!r}", self.batch)
-        for k in ("kwargs", "config"):
-            v = getattr(self, k)
-            if not isinstance(v, Mapping):
-                raise ExperimentConfigError(f"{p}.{k}", f"must be a mapping, got {v!r}", v)
-            setattr(self, k, dict(v))
-        if isinstance(self.seq, bool) or not isinstance(self.seq, int) or self.seq < 1:
-            raise ExperimentConfigError(f"{p}.seq", f"must be an integer >= 1, got {self.seq!r}", self.seq)
-        if self.source == "python":
-            if _is_missing(self.target) or ":" not in str(self.target):
-                raise ExperimentConfigError(f"{p}.target", "is required for source=python as module:function "
-                                            "(e.g. workload.target=my_models:build)", self.target)
-            self.name = None if _is_missing(self.name) else self.name
-        elif self.source in ("zoo", "hf"):
-            if _is_missing(self.name) or not str(self.name).strip():
-                raise ExperimentConfigError(f"{p}.name", f"is required for source={self.source} "
-                                            f"(e.g. workload.name={'resnet18' if self.source == 'zoo' else 'gpt2'})",
-                                            self.name)
-        else:
-            if _is_missing(self.path) or not str(self.path).strip():
-                raise ExperimentConfigError(f"{p}.path", "is required for source=file "
-                                            "(e.g. workload=file workload.path=model.onnx)", self.path)
-            if not str(self.path).lower().endswith(GRAPH_SUFFIXES):
-                raise ExperimentConfigError(f"{p}.path", f"must end with one of {list(GRAPH_SUFFIXES)}, "
-                                            f"got {self.path!r}", self.path)
-            if _is_missing(self.name):
-                self.name = None
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any] | None) -> "WorkloadConfig":
-        if data is None:
-            raise ExperimentConfigError("workload", "is not set; pick one with workload=<name> "
-                                        "(see experiments/conf/workload/)")
-        if not isinstance(data, Mapping):
-            raise ExperimentConfigError("workload", f"must be a mapping, got {type(data).__name__}", data)
-        _check_unknown(cls, data, "workload")
-        return cls(**dict(data))
 
 
 @dataclass

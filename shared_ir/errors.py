@@ -15,6 +15,15 @@ class ValidationError(IRError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+class ConfigFieldError(ValueError):
+    """An invalid config field (a workload, an experiment's task): ``path`` is the dotted field path, ``problem``
+    what is wrong, ``value`` the bad value. The message reads ``workload.batch must be an integer >= 1, got 0``."""
+
+    def __init__(self, path: str, problem: str, value: object = None):
+        self.path, self.problem, self.value = path, problem, value
+        super().__init__(f"{path} {problem}" if path else problem)
+
+
 class ShapeError(ValidationError):
     """Two descriptions of one tensor disagree, or an op is applied to tensors of incompatible shapes."""
 

@@ -15,6 +15,13 @@ class ChainsExperiment:
     the spec's fields, e.g. ``{batch: 4, M: 384, N: 96, K: 96, L: 384}`` (a GemmChain; ``glue: softmax`` makes it
     attention) or ``{N: 1, C: 64, H: 56, W: 56, K1: 64, R1: 3, S1: 3, K2: 64, R2: 1, S2: 1, glue: relu}`` (a
     ConvChain), with an optional ``name``."""
+    from_workload: bool = False
+    """Take the shapes from the experiment's workload graph instead of the suite: the distinct chains of the
+    imported model that a template covers (any ``workload=``: a zoo model, a graph or ONNX file, ``workload=hf
+    workload.name=bert``, ``workload=python``); inference batch norms after a conv are folded into it. The chains
+    left out are listed with the reason in the summary."""
+    max_chains: int = 8
+    """With ``from_workload``: at most this many distinct chains, in the model's order."""
     top_k: int = 4
     """Plans of the model compiled and timed per shape (measured re-ranking)."""
     repeat: int = 5
@@ -43,6 +50,15 @@ class ChainsExperiment:
             raise ValidationError("task.repeat", f"must be an integer >= 1, got {self.repeat!r}", self.repeat)
         if not (isinstance(self.budget_s, (int, float)) and self.budget_s > 0):
             raise ValidationError("task.budget_s", f"must be > 0, got {self.budget_s!r}", self.budget_s)
+        if not isinstance(self.from_workload, bool):
+            raise ValidationError("task.from_workload", f"must be true or false, got {self.from_workload!r}",
+                                  self.from_workload)
+        if isinstance(self.max_chains, bool) or not isinstance(self.max_chains, int) or self.max_chains < 1:
+            raise ValidationError("task.max_chains", f"must be an integer >= 1, got {self.max_chains!r}",
+                                  self.max_chains)
+        if self.from_workload and self.shapes is not None:
+            raise ValidationError("task.shapes", "must be null with task.from_workload=true (the workload's chains "
+                                  "are the shapes)", self.shapes)
         if self.scale not in ("small", "full"):
             raise ValidationError("task.scale", f"must be small or full, got {self.scale!r}", self.scale)
         from .winograd import WINOGRAD_TILES

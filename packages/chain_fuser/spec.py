@@ -7,6 +7,7 @@ says why it cannot).
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from shared_ir import Graph, Tensor, ops
@@ -216,6 +217,19 @@ def _is_causal_mask(op: Op) -> bool:
             and len(op.inputs) == 2 and op.inputs[1].tensor.name.endswith(".causal_mask"))
 
 
+def _folded_norms(ops: tuple[Op, ...], first: Op) -> list[Op]:
+    """Inference batch norms right after the first compute op: a per-channel scale and shift that fold exactly into
+    its weights and bias (W' = W·γ/σ, b' = (b − μ)·γ/σ + β), as inference compilers do, so conv→BN→ReLU→conv is a
+    conv chain with a bias."""
+    out, cur = [], first.output_names[0]
+    for o in ops[ops.index(first) + 1:]:
+        if not (o.kind == OpKind.elementwise and o.attr("fn") == "batchnorm" and o.inputs[0].tensor.name == cur):
+            break
+        out.append(o)
+        cur = o.output_names[0]
+    return out
+
+
 def _glue(glue_ops: list[Op], names: str) -> tuple[str, float]:
     """(activation, scale) of the ops between the compute ops: scalar multiplies/divides, then one activation."""
     scale, act = 1.0, "none"
@@ -235,15 +249,19 @@ def _glue(glue_ops: list[Op], names: str) -> tuple[str, float]:
     return act, scale
 
 
-def spec_from_chain(chain, name: str = "chain") -> ChainSpec:
+def spec_from_chain(chain, name: str = "chain", fold_norms: bool = False) -> ChainSpec:
     """Recognise a shared_ir Chain of two compute ops (scalar multiplies and one activation between them) as a
-    spec. Raises :class:`UnsupportedChainError` naming the op and the reason when no template fits."""
+    spec. Raises :class:`UnsupportedChainError` naming the op and the reason when no template fits.
+
+    ``fold_norms``: inference batch norms right after the first conv count as folded into its weights and bias
+    (the spec's shape for tuning and timing; ``compile`` does not fold, so it leaves such chains eager)."""
     names = "→".join(chain.names)
     comp = chain.compute_ops
     if len(comp) != 2:
         raise UnsupportedChainError(names, f"{len(comp)} compute ops; templates cover chains of exactly 2")
     causal = [o for o in chain.ops if _is_causal_mask(o)]
-    glue_ops = [o for o in chain.ops if not o.kind.compute_intensive and o not in causal]
+    folded = _folded_norms(chain.ops, comp[0]) if fold_norms else []
+    glue_ops = [o for o in chain.ops if not o.kind.compute_intensive and o not in causal and o not in folded]
     for o in chain.ops:
         if o in causal:
             continue
@@ -252,6 +270,8 @@ def spec_from_chain(chain, name: str = "chain") -> ChainSpec:
                 raise ChainDTypeError(f"{o.name}.{a.tensor.name}", a.tensor.dtype.value)
     glue, scale = _glue(glue_ops, names)
     o1, o2 = comp
+    if folded and o1.kind != OpKind.conv2d:
+        raise UnsupportedChainError(names, f"{folded[0].name}: a batch norm is folded only after a conv")
     mm = (OpKind.matmul, OpKind.batch_matmul)
     if o1.kind in mm and o2.kind in mm:
         A, B = (a.tensor for a in o1.inputs[:2])
@@ -299,12 +319,33 @@ def spec_from_chain(chain, name: str = "chain") -> ChainSpec:
         Ni, Ci, Hi, Wi = o1.inputs[0].tensor.shape
         K1, _, R1, S1 = o1.inputs[1].tensor.shape
         K2, _, R2, S2 = o2.inputs[1].tensor.shape
-        return ConvChain(Ni, Ci, Hi, Wi, K1, R1, S1, K2, R2, S2, glue=glue, bias1=len(o1.inputs) > 2,
-                         bias2=len(o2.inputs) > 2, name=name)
+        return ConvChain(Ni, Ci, Hi, Wi, K1, R1, S1, K2, R2, S2, glue=glue,
+                         bias1=len(o1.inputs) > 2 or bool(folded), bias2=len(o2.inputs) > 2, name=name)
     raise UnsupportedChainError(names, f"no template for {o1.kind.value}→{o2.kind.value} "
                                        "(GEMM→GEMM, batch GEMM→batch GEMM, Linear→Linear and conv→conv are covered)")
 
 
+
+
+def graph_specs(g, kind: type | None = None, fold_norms: bool = True) -> tuple[list[ChainSpec], list[dict]]:
+    """The distinct chains of any imported graph that a template covers, as specs named after their first op (of
+    ``kind``, GemmChain or ConvChain, when given), and the others as ``{"chain", "reason"}`` records."""
+    from .errors import ChainFuserError
+
+    specs: dict[tuple, ChainSpec] = {}
+    skipped: list[dict] = []
+    for ch in g.chains():
+        try:
+            spec = spec_from_chain(ch, name=ch.names[0], fold_norms=fold_norms)
+        except ChainFuserError as e:
+            skipped.append({"chain": "→".join(ch.names), "reason": str(e)})
+            continue
+        if kind is not None and not isinstance(spec, kind):
+            skipped.append({"chain": "→".join(ch.names), "reason": f"a {type(spec).__name__}, not a {kind.__name__}"})
+            continue
+        key = dataclasses.astuple(dataclasses.replace(spec, name=""))
+        specs.setdefault(key, spec)  # the same shape elsewhere in the model is the same kernel
+    return list(specs.values()), skipped
 
 
 def chain_dim_names(spec: ChainSpec) -> dict[tuple[int, str], str]:
@@ -328,5 +369,5 @@ def chain_nest(spec: ChainSpec):
     return nest
 
 
-__all__ = ["GemmChain", "ConvChain", "ChainSpec", "input_names", "spec_from_chain", "FLOAT_DTYPES", "chain_dim_names",
-           "chain_nest"]
+__all__ = ["GemmChain", "ConvChain", "ChainSpec", "input_names", "spec_from_chain", "graph_specs", "FLOAT_DTYPES",
+           "chain_dim_names", "chain_nest"]

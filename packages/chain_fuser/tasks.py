@@ -28,6 +28,23 @@ def _device_or_none(hardware: dict | None):
         return None  # no CPU in that description: predictions are for the host
 
 
+def _workload_items(kind: type, workload: dict | None, cfg: ChainsExperiment) -> tuple[list, list[dict], str]:
+    """(items, skipped chains, graph name) of ``task.from_workload``: the workload graph's chains of ``kind``."""
+    from shared_ir.errors import ValidationError
+    from shared_ir.workload import load_workload
+
+    from .spec import graph_specs
+
+    g = load_workload(workload)
+    specs, skipped = graph_specs(g, kind)
+    if not specs:
+        why = "; ".join(f"{s['chain']}: {s['reason']}" for s in skipped[:3]) or "it has no chain of two compute ops"
+        raise ValidationError("workload", f"{g.name} has no {kind.__name__} that a template covers ({why})", g.name)
+    print(f"[chain_fuser] {g.name}: {len(specs)} distinct {kind.__name__}s, {len(skipped)} chains left out",
+          flush=True)
+    return [(s.name, s) for s in specs[:cfg.max_chains]], skipped, g.name
+
+
 def _run_suite(suite: str, items: list[tuple[str, Any]], cfg: ChainsExperiment, hardware, out_dir: str) -> dict:
     import torch
 
@@ -154,8 +171,16 @@ def gemm_chains(hardware: dict | None = None, workload: dict | None = None, out_
     from .spec import GemmChain
 
     cfg = ChainsExperiment(**params)
+    if cfg.from_workload:
+        return _from_workload("gemm_chains", GemmChain, workload, cfg, hardware, out_dir)
     items = [(n, GemmChain(b, M, N, K, L, name=_ident(n))) for n, b, M, N, K, L in REFERENCE_GEMM]
     return _run_suite("gemm_chains", items, cfg, hardware, out_dir)
+
+
+def _from_workload(suite: str, kind: type, workload, cfg: ChainsExperiment, hardware, out_dir: str) -> dict:
+    items, skipped, name = _workload_items(kind, workload, cfg)
+    out = _run_suite(suite, items, cfg, hardware, out_dir)
+    return {**out, "workload": name, "chains_left_out": skipped}
 
 
 def conv_chains(hardware: dict | None = None, workload: dict | None = None, out_dir: str = ".", **params) -> dict:
@@ -164,6 +189,8 @@ def conv_chains(hardware: dict | None = None, workload: dict | None = None, out_
     from .spec import ConvChain
 
     cfg = ChainsExperiment(**params)
+    if cfg.from_workload:
+        return _from_workload("conv_chains", ConvChain, workload, cfg, hardware, out_dir)
     table = REFERENCE_CONV if cfg.scale == "full" else REFERENCE_CONV_SMALL
     items = [(n, ConvChain(*c, glue="relu", name=_ident(n))) for n, *c in table]
     return _run_suite("conv_chains", items, cfg, hardware, out_dir)
