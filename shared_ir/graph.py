@@ -49,6 +49,12 @@ class Chain:
     def names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.ops)
 
+    def pairs(self) -> list["Chain"]:
+        """The sub-chains of two consecutive compute ops with the ops between them (a ResNet bottleneck's
+        1x1→3x3→1x1 gives two), what two-op fusion templates take; a chain of two compute ops is its own pair."""
+        idx = [i for i, o in enumerate(self.ops) if o.kind.compute_intensive]
+        return [Chain(self.ops[a:b + 1]) for a, b in zip(idx, idx[1:])]
+
 
 class Graph:
     """Ops and tensors as a DAG (networkx underneath: nodes are op names, edges carry the tensor name).

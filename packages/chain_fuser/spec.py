@@ -328,13 +328,14 @@ def spec_from_chain(chain, name: str = "chain", fold_norms: bool = False) -> Cha
 
 
 def graph_specs(g, kind: type | None = None, fold_norms: bool = True) -> tuple[list[ChainSpec], list[dict]]:
-    """The distinct chains of any imported graph that a template covers, as specs named after their first op (of
-    ``kind``, GemmChain or ConvChain, when given), and the others as ``{"chain", "reason"}`` records."""
+    """The distinct two-op chains of any imported graph (every pair of consecutive compute ops of its chains) that
+    a template covers, as specs named after their first op (of ``kind``, GemmChain or ConvChain, when given), and
+    the others as ``{"chain", "reason"}`` records."""
     from .errors import ChainFuserError
 
     specs: dict[tuple, ChainSpec] = {}
     skipped: list[dict] = []
-    for ch in g.chains():
+    for ch in (p for c in g.chains() for p in c.pairs()):
         try:
             spec = spec_from_chain(ch, name=ch.names[0], fold_norms=fold_norms)
         except ChainFuserError as e:

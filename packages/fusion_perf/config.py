@@ -17,6 +17,12 @@ class DSEConfig:
     and/or your own as mappings: attention ``{batch: 12, M: 384, N: 64, K: 64, L: 384}`` (batch·heads, query rows,
     value width, head width, key rows), conv chains ``{C: 64, H: 58, W: 58, K1: 64, R1: 3, K2: 256, R2: 1}``;
     an optional ``name``."""
+    from_workload: bool = False
+    """Take the shapes from the experiment's workload graph instead of the suite (any ``workload=``: a zoo model, a
+    graph or ONNX file, ``workload=hf``, ``workload=python``): its distinct attention or conv chains; the chains
+    the problems cannot express are listed with the reason in the summary."""
+    max_chains: int = 4
+    """With ``from_workload``: at most this many distinct shapes, in the model's order."""
     templates: list[str] = field(default_factory=lambda: list(TEMPLATES))
     """Fusion templates to search (layerwise, flat_hgran, flat_hgran_split, flat_rgran, chimera, fused, tileflow;
     ``flat`` = flat_rgran)."""
@@ -44,7 +50,11 @@ class DSEConfig:
         for name, minimum in (("iterations", 1), ("rollouts", 1), ("restarts", 1), ("top_k", 1), ("kicks", 0),
                               ("sweep", 0), ("seed", 0)):
             require_count(f"task.{name}", getattr(self, name), minimum)
-        for name in ("softmax", "plots"):
+        require_count("task.max_chains", self.max_chains, 1)
+        if self.from_workload and self.shapes is not None:
+            raise ConfigError("task.shapes", "must be null with task.from_workload=true (the workload's chains are the "
+                              "shapes)", self.shapes)
+        for name in ("softmax", "plots", "from_workload"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"task.{name}", f"must be true or false, got {getattr(self, name)!r}")
         if self.shapes is not None and (isinstance(self.shapes, (str, bytes)) or not hasattr(self.shapes, "__iter__")):

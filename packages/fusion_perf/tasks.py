@@ -12,6 +12,7 @@ from shared_ir import atomic_savefig, atomic_write_text
 from .arch import load_arch
 from .config import DSEConfig
 from .dse import ATTENTION_SHAPES, CONV_SHAPES, FUSED_LAYER, attention_problem, compare, conv_problem, geomean
+from .errors import ConfigError
 from .mapping import dump_mapping
 from .model import evaluate
 
@@ -19,11 +20,28 @@ from .model import evaluate
 REFS = ("layerwise", "flat_hgran", "flat_hgran_split", "flat_rgran", "flat")
 
 
-def _run(kind: str, hardware: Any, out_dir: str, cfg: DSEConfig) -> dict:
+def _workload_table(kind: str, workload: Any, cfg: DSEConfig) -> tuple[list, list[dict], str]:
+    from shared_ir.workload import load_workload
+
+    from .graph_shapes import graph_shapes
+
+    g = load_workload(workload)
+    table, left_out = graph_shapes(g, kind, cfg.max_chains)
+    if not table:
+        why = "; ".join(f"{r['chain']}: {r['reason']}" for r in left_out[:3]) or "it has no chain of two compute ops"
+        raise ConfigError("workload", f"{g.name} has no {kind} chain the DSE can model ({why})", g.name)
+    print(f"[fusion_perf] {g.name}: {len(table)} distinct {kind} chains, {len(left_out)} left out", flush=True)
+    return table, left_out, g.name
+
+
+def _run(kind: str, hardware: Any, workload: Any, out_dir: str, cfg: DSEConfig) -> dict:
     arch = load_arch(hardware if hardware is not None else "edge_accel")
     os.makedirs(out_dir, exist_ok=True)
-    table = (cfg.pick(ATTENTION_SHAPES, ("batch", "M", "N", "K", "L")) if kind == "attention"
-             else cfg.pick(CONV_SHAPES, ("C", "H", "W", "K1", "R1", "K2", "R2")))
+    if cfg.from_workload:
+        table, left_out, wl_name = _workload_table(kind, workload, cfg)
+    else:
+        table, left_out, wl_name = (cfg.pick(ATTENTION_SHAPES, ("batch", "M", "N", "K", "L")) if kind == "attention"
+                                    else cfg.pick(CONV_SHAPES, ("C", "H", "W", "K1", "R1", "K2", "R2"))), None, None
     rows, best_rows, results = [], [], []
     for sh in table:
         prob = attention_problem(sh, cfg.softmax) if kind == "attention" else conv_problem(sh)
@@ -51,6 +69,8 @@ def _run(kind: str, hardware: Any, out_dir: str, cfg: DSEConfig) -> dict:
     if cfg.plots:
         _plot(results, cfg.templates, os.path.join(out_dir, f"{name}.png"), f"{name} on {arch.name}")
     out = {"arch": arch.name, "shapes": [s[0] for s in table]}
+    if wl_name is not None:
+        out.update(workload=wl_name, shape_rows=[list(s) for s in table], chains_left_out=left_out)
     for k in REFS:
         vals = [r.get(f"speedup_vs_{k}") for r in results]
         if any(v is not None for v in vals):
@@ -95,14 +115,14 @@ def _plot(results: list, templates: list, path: str, title: str) -> None:
 def attention_dse(hardware: Any = None, workload: Any = None, out_dir: str = ".", **params) -> dict:
     """Attention (QK, softmax, PV) of the Bert/ViT shapes: every template searched; best vs layerwise and FLAT at
     head and row granularity."""
-    return _run("attention", hardware, out_dir, DSEConfig(**params))
+    return _run("attention", hardware, workload, out_dir, DSEConfig(**params))
 
 
 def conv_chain(hardware: Any = None, workload: Any = None, out_dir: str = ".", **params) -> dict:
     """Conv chains (3x3→1x1, 3x3→3x3, 1x1→3x3): every template searched; best fused vs Fused-Layer
     (``geomean_vs_fused_layer``) and vs layerwise."""
     params.pop("softmax", None)
-    return _run("conv", hardware, out_dir, DSEConfig(**params))
+    return _run("conv", hardware, workload, out_dir, DSEConfig(**params))
 
 
 __all__ = ["attention_dse", "conv_chain"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import warnings
 
 import pytest
-
 from chain_fuser.config import ChainsExperiment
 from chain_fuser.errors import UnsupportedChainError
 from chain_fuser.spec import ConvChain, GemmChain, graph_specs, spec_from_chain
+
 from shared_ir import zoo
 from shared_ir.errors import ValidationError
 
