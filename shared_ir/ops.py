@@ -349,6 +349,19 @@ def upsample_nearest_op(name: str, x: Tensor, out: Tensor) -> Op:
               {"fn": "upsample_nearest", "scale": tuple(factors)}, 0)
 
 
+def resize_nearest_op(name: str, x: Tensor, out: Tensor) -> Op:
+    """Nearest-neighbour resize by an integer factor per axis (torch's ``nearest``; ONNX's ``Resize`` nearest with
+    asymmetric coordinates): upsampling is :func:`upsample_nearest_op`; downsampling by f reads every f-th element
+    (source index o·f), a ``view``-kind strided copy ``downsample_nearest``. Mixed or fractional ratios raise."""
+    ins, outs = tuple(x.shape), tuple(out.shape)
+    if len(ins) == len(outs) and all(o % i == 0 for i, o in zip(ins, outs)):
+        return upsample_nearest_op(name, x, out)
+    if len(ins) == len(outs) and all(i % o == 0 for i, o in zip(ins, outs)):
+        return strided_view(name, x, out, [A(f"d{k}") * (i // o) for k, (i, o) in enumerate(zip(ins, outs))],
+                            "downsample_nearest")
+    raise ShapeError(f"ops.{name}", f"nearest resize {list(ins)} -> {list(outs)} is not by an integer factor per axis")
+
+
 def lstm_cell_tail(p: str, gi: Tensor, gf: Tensor, gg: Tensor, go: Tensor, c: Tensor,
                    add: "Callable[[Op], Tensor]") -> tuple[Tensor, Tensor]:
     """The elementwise half of an LSTM cell, shared by both frontends' unrolling: from the gate pre-activations

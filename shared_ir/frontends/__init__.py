@@ -1,14 +1,21 @@
 """Frontends: build a :class:`shared_ir.Graph` from a PyTorch module (torch.fx or torch.export) or an ONNX model.
 
 ``from_torch`` and ``from_onnx`` import torch / onnx only when called, so ``import shared_ir.frontends`` stays light.
-The data-movement op builders both frontends use (strided slices, broadcasts, nearest upsampling) live in
+The data-movement op builders the frontends share (strided slices, broadcasts, nearest resizes) live in
 :mod:`shared_ir.ops` with the other op constructors and are re-exported here.
 """
 from __future__ import annotations
 
 from typing import Any
 
-from ..ops import expand_op, select_op, slice_op, strided_view, upsample_nearest_op  # noqa: F401  (re-exported)
+from ..ops import (  # noqa: F401  (re-exported)
+    expand_op,
+    resize_nearest_op,
+    select_op,
+    slice_op,
+    strided_view,
+    upsample_nearest_op,
+)
 from .trace import user_frame  # noqa: F401  (re-exported)
 
 
@@ -36,4 +43,4 @@ def from_onnx(path_or_model: Any, name: str | None = None, **kw: Any):
 
 
 __all__ = ["from_torch", "from_torch_export", "from_onnx", "strided_view", "slice_op", "select_op", "expand_op",
-           "upsample_nearest_op"]
+           "upsample_nearest_op", "resize_nearest_op"]

@@ -1,5 +1,32 @@
 """ONNX frontend: an ONNX model (file or ``onnx.ModelProto``) + ``onnx.shape_inference`` → :class:`shared_ir.Graph`.
 
+Coverage is exactly the keys of :data:`ONNX_OPS` (ONNX op types, default domain; any node whose inputs are all
+constants is folded whatever its type), building ops with :mod:`shared_ir.ops` as the PyTorch frontends do. Tested on
+what ``torch.onnx.export`` emits for the model zoo (TorchScript exporter, ``dynamo=False``) and for small Hugging Face
+models (GPT-2, Llama, Qwen2, BERT, ViT, T5, Whisper), a CNN with every conv kind and an audio front end (dynamo
+exporter, ``dynamo=True``: opset 20 by default, 23 for ``Attention`` / ``RMSNormalization`` nodes), with the MACs of
+the PyTorch frontends:
+
+- GEMMs, convs, attention: ``MatMul``, ``Gemm``, ``Conv`` (1-, 2- and 3-d: ``conv1d`` / ``conv2d`` / ``conv3d``;
+  stride, dilation, groups, symmetric padding), ``ConvTranspose`` (1-3-d, groups, dilation, output_padding:
+  ``conv_transpose``), ``Attention`` (opset 23 on 4-D operands: :func:`shared_ir.ops.attention`, the Q·Kᵀ, scale,
+  masks, softmax, ·V chain; fewer key/value heads read in place; is_causal adds a constant mask), ``LSTM`` (forward,
+  unrolled over its static sequence length).
+- Norms and softmax: ``BatchNormalization``, ``LayerNormalization``, ``RMSNormalization`` and onnxruntime's
+  ``SimplifiedLayerNormalization`` (``rms_norm``), ``GroupNormalization`` (per-channel scale and bias),
+  ``Softmax``, ``LogSoftmax``.
+- Elementwise: ``Relu``, ``Sigmoid``, ``Tanh``, ``Erf``, ``Sqrt``, ``Exp``, ``Log``, ``Neg``, ``Abs``,
+  ``Reciprocal``, ``HardSwish``, ``HardSigmoid``, ``LeakyRelu``, ``Elu``, ``Softplus``, ``Gelu``, ``Sin``, ``Cos``,
+  ``Mish``, ``Clip``, ``Add``, ``Sub``, ``Mul``, ``Div``, ``Pow``, ``Where``, ``IsNaN``, ``Cast``.
+- Reductions: ``ReduceMean``, ``ReduceSum``, ``ReduceMax``, ``ReduceMin``.
+- Data movement: ``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``, ``Transpose``, ``Concat``, ``Split``,
+  ``Slice``, ``Gather`` (from a constant table: an embedding; constant indices: a select / slice), ``Expand``.
+- Pooling and resampling: ``MaxPool``, ``AveragePool``, ``GlobalAveragePool``, ``GlobalMaxPool`` (2-d), ``Resize`` /
+  ``Upsample`` (nearest by an integer factor per axis; linear over 1-3 spatial axes: ``interpolate``).
+- No op: ``Identity``, ``Dropout``, a same-type ``Cast``, constants (below), and the dynamo exporter's NaN guard
+  after attention's softmax, ``Where(IsNaN(p), 0, p)``: p itself (it differs from p only on NaN, and leaving it would
+  give p a second reader, which cuts the GEMM-softmax-GEMM chain).
+
 Conventions
 - Initializers are ``weight`` tensors under their initializer name; graph inputs that are not initializers are
   ``input`` s; graph outputs are ``output`` s. Tensor names are the ONNX value names, op names the node names.
@@ -24,7 +51,7 @@ from ..dtypes import DType
 from ..errors import GraphError, IRError, UnsupportedOpError, ValidationError
 from ..graph import Graph
 from ..op import Op, Tensor, TensorRole
-from ..ops import expand_op, select_op, slice_op, strided_view, upsample_nearest_op
+from ..ops import expand_op, resize_nearest_op, select_op, slice_op, strided_view
 from .torch_fx import UNARY_FLOPS, _retag
 
 _ONNX_DTYPES = {1: DType.float32, 10: DType.float16, 16: DType.bfloat16, 11: DType.float64, 3: DType.int8,
@@ -148,6 +175,7 @@ class _Translator:
         for vi in list(inferred.graph.input) + list(inferred.graph.value_info) + list(inferred.graph.output):
             self.info[vi.name] = _vi_shape(vi)
         self.inputs: list[str] = []
+        self.nan_guards = _nan_guards(self.g)
         self._add_inputs()
 
     def _add_inputs(self) -> None:
@@ -294,8 +322,10 @@ class _Translator:
         from onnx.reference import ReferenceEvaluator
 
         try:
-            ev = ReferenceEvaluator(node, opsets={"": self.opset})
-            res = ev.run(None, {n: self.consts[n] for n in ins})
+            if node.op_type in _NUMPY_FOLD:
+                res = [_NUMPY_FOLD[node.op_type](self.attrs(node), *(self.consts[n] for n in ins))]
+            else:
+                res = ReferenceEvaluator(node, opsets={"": self.opset}).run(None, {n: self.consts[n] for n in ins})
         except Exception as e:  # noqa: BLE001 - onnx's evaluator raises anything for an op it does not know
             raise UnsupportedOpError([(f"{node.op_type or '<no op_type>'} (constant folding: {type(e).__name__}: "
                                        f"{str(e)[:200]})", f"node {node.name or node.output[0]!r}")]) from None
@@ -317,6 +347,12 @@ class _Translator:
         handler(self, node, i, a, name, outn)
 
     # --- op lowerings ---------------------------------------------------------------------------------------------
+    def derived(self, n: str, value: Any) -> Tensor:
+        """A constant the translation makes (an LSTM's per-direction weight, a causal mask), as a weight ``n``."""
+        if n not in self.consts:
+            dict.__setitem__(self.consts, n, value)
+        return self.T(n)
+
     def _const(self, n: str):
         if not self.is_const(n):
             raise _Unsupported(f"input {n!r} must be a constant")
@@ -434,22 +470,16 @@ class _Translator:
         T, B, _ = x.shape
         H = int(a["hidden_size"])
 
-        def derived(src: str, tag: str, value) -> Tensor:
-            n = f"{src}.{tag}"
-            if n not in self.consts:
-                dict.__setitem__(self.consts, n, value)
-            return self.T(n)
-
-        W, R = derived(ins[1], "0", self._const(ins[1])[0]), derived(ins[2], "0", self._const(ins[2])[0])
+        W, R = self.derived(f"{ins[1]}.0", self._const(ins[1])[0]), self.derived(f"{ins[2]}.0", self._const(ins[2])[0])
         bw = br = None
         if ins[3]:
             b = self._const(ins[3])[0]
-            bw, br = derived(ins[3], "w", b[:4 * H]), derived(ins[3], "r", b[4 * H:])
+            bw, br = self.derived(f"{ins[3]}.w", b[:4 * H]), self.derived(f"{ins[3]}.r", b[4 * H:])
 
         def init(k: int, tag: str) -> Tensor:
             if ins[k]:
                 return self.T(ins[k])
-            return derived(f"{name}", tag, np.zeros((1, B, H), dtype="float32"))  # ONNX default: zero state
+            return self.derived(f"{name}.{tag}", np.zeros((1, B, H), dtype="float32"))  # ONNX default: zero state
 
         h, c = init(5, "h0"), init(6, "c0")
         hs = []
@@ -473,14 +503,24 @@ class _Translator:
             self.alias[outs[2]] = c.name
 
     def _conv(self, node, name, a):
+        """Conv (1-3 spatial axes: ``conv1d`` / ``conv2d`` / ``conv3d``) and ConvTranspose (``conv_transpose``,
+        with ``output_padding``; an ``output_shape`` must be the one the other attributes give)."""
         x, w = self.T(node.input[0]), self.T(node.input[1])
-        if len(x.shape) != 4:
-            raise _Unsupported(f"Conv on a rank-{len(x.shape)} input (only 2-D convolutions)")
-        pads = _symmetric_pads(a)
+        n = len(x.shape) - 2
+        if n not in (1, 2, 3):
+            raise _Unsupported(f"{node.op_type} on a rank-{len(x.shape)} input (1-3 spatial axes)")
+        pads = _symmetric_pads(a, n)[:n]
         b = self.T(node.input[2]) if len(node.input) > 2 and node.input[2] else None
-        self.add(O.conv2d(name, x, w, node.output[0], b, stride=tuple(a.get("strides", [1, 1])),
-                          padding=(pads[0], pads[1]), dilation=tuple(a.get("dilations", [1, 1])),
-                          groups=int(a.get("group", 1))), node.output[0])
+        kw = dict(stride=tuple(a.get("strides", [1] * n)), padding=tuple(pads),
+                  dilation=tuple(a.get("dilations", [1] * n)), groups=int(a.get("group", 1)))
+        if node.op_type == "Conv":
+            op = O.conv(name, x, w, node.output[0], b, **kw)
+        else:
+            op = O.conv_transpose(name, x, w, node.output[0], b, output_padding=tuple(a.get("output_padding",
+                                                                                               [0] * n)), **kw)
+            if "output_shape" in a and tuple(a["output_shape"]) != op.outputs[0].tensor.shape[2:]:
+                raise _Unsupported(f"output_shape {list(a['output_shape'])} differs from the one the pads give")
+        self.add(op, node.output[0])
 
     def _pool(self, node, name, a, fn):
         x = self.T(node.input[0])
@@ -606,13 +646,26 @@ def _n_binary(tr, node, i, a, name, outn):
 
 
 def _n_where(tr, node, i, a, name, outn):
-    """``Where`` with one constant branch (the exporters' masked_fill) is a ``masked_fill`` of the other one."""
+    """``Where``: the NaN guard ``Where(IsNaN(x), c, x)`` (the dynamo exporter's after a softmax, for fully masked
+    rows; a no-op on finite values) aliases x; one constant branch (the exporters' masked_fill) is a ``masked_fill``
+    of the other one; else a three-operand ``where`` (condition, then, else)."""
     cond, x, y = node.input
+    if cond in tr.nan_guards:
+        tr.env[outn] = tr.T(y)
+        return
     act = [n for n in (x, y) if not tr.is_const(n)]
-    if len(act) != 1:
-        raise _Unsupported("Where needs exactly one non-constant branch")
-    t = tr.T(act[0])
-    tr.add(O.binary(name, t, tr.T(cond), "masked_fill", outn), outn)
+    if len(act) == 1:
+        tr.add(O.binary(name, tr.T(act[0]), tr.T(cond), "masked_fill", outn), outn)
+        return
+    tr.add(O.elementwise(name, [tr.T(n) for n in (cond, x, y)], "where", tr.out(outn)), outn)
+
+
+def _n_isnan(tr, node, i, a, name, outn):
+    """IsNaN: no op when only NaN guards read it (see :func:`_n_where`), else an ``isnan`` elementwise op."""
+    if outn in tr.nan_guards:
+        return
+    x = tr.T(node.input[0])
+    tr.add(O.unary(name, x, "isnan", tr.out(outn, x.shape)), outn)
 
 
 def _n_matmul(tr, node, i, a, name, outn):
@@ -654,6 +707,49 @@ def _n_layernorm(tr, node, i, a, name, outn):
     w = tr.T(node.input[1])
     b = tr.T(node.input[2]) if len(node.input) > 2 and node.input[2] else None
     tr.add(O.layernorm(name, x, tr.out(outn, x.shape), w, b, normalized_ndim=len(x.shape) - axis), outn)
+
+
+def _n_rmsnorm(tr, node, i, a, name, outn):
+    """RMSNormalization (opset 23) and onnxruntime's SimplifiedLayerNormalization: ``rms_norm`` over the axes from
+    ``axis`` on."""
+    x = tr.T(node.input[0])
+    axis = a.get("axis", -1) % len(x.shape)
+    w = tr.T(node.input[1]) if len(node.input) > 1 and node.input[1] else None
+    tr.add(O.rmsnorm(name, x, tr.out(outn, x.shape), w, normalized_ndim=len(x.shape) - axis), outn)
+
+
+def _n_groupnorm(tr, node, i, a, name, outn):
+    """GroupNormalization with a per-channel scale and bias (opset 21; opset 18's per-group ones are refused)."""
+    x, w, b = (tr.T(n) for n in node.input[:3])
+    if tuple(w.shape) != (x.shape[1],) or tuple(b.shape) != (x.shape[1],):
+        raise _Unsupported(f"scale {list(w.shape)} / bias {list(b.shape)} not per channel ({x.shape[1]})")
+    tr.add(O.groupnorm(name, x, tr.out(outn, x.shape), int(a["num_groups"]), w, b), outn)
+
+
+def _n_attention(tr, node, i, a, name, outn):
+    """ONNX ``Attention`` (opset 23) on 4-D [batch, heads, seq, head size] operands: :func:`shared_ir.ops.attention`
+    (Q·Kᵀ, scale, causal and/or given mask, softmax, ·V; fewer key/value heads are read in place). Past key/values,
+    softcap and the qk_matmul output are refused; present key/value outputs alias K and V."""
+    import numpy as np
+
+    if node.domain not in ("", "ai.onnx"):
+        raise _Unsupported(f"{node.domain} Attention (packed projection weights), not ONNX's")
+    ins = list(node.input) + [""] * (7 - len(node.input))
+    outs = list(node.output) + [""] * (4 - len(node.output))
+    q, k, v = (tr.T(n) for n in ins[:3])
+    if any(len(t.shape) != 4 for t in (q, k, v)):
+        raise _Unsupported("3-D operands (heads packed in the hidden axis); only 4-D [batch, heads, seq, size]")
+    if any(ins[4:]) or outs[3] or a.get("softcap", 0.0):
+        raise _Unsupported("past key/values, softcap or the qk_matmul output")
+    cm = None
+    if a.get("is_causal", 0):
+        cm = tr.derived(f"{name}.causal_mask", np.tril(np.ones((q.shape[-2], k.shape[-2]), dtype=bool)))
+    mask = tr.T(ins[3]) if ins[3] else None
+    for op in O.attention(name, q, k, v, tr.out(outn), mask, a.get("scale"), cm):
+        tr.add(op)
+    for o, t in ((outs[1], k), (outs[2], v)):
+        if o:
+            tr.env[o] = t
 
 
 def _n_reduce(tr, node, i, a, name, outn):
@@ -757,25 +853,79 @@ def _n_lstm(tr, node, i, a, name, outn):
 
 
 def _n_resize(tr, node, i, a, name, outn):
-    """Resize/Upsample, nearest mode only, to the size from constant sizes/scales or shape inference."""
-    mode = a.get("mode", b"nearest")
-    mode = mode.decode() if isinstance(mode, bytes) else mode
-    if mode != "nearest":
-        raise _Unsupported(f"mode={mode!r} (only nearest)")
+    """Resize/Upsample to the size from constant sizes/scales or shape inference: ``nearest`` by an integer factor
+    per axis (:func:`shared_ir.ops.resize_nearest_op`; downsampling needs ``asymmetric`` coordinates, torch's), or
+    ``linear`` over the 1-3 spatial axes of an [N, C, ...] input (:func:`shared_ir.ops.interpolate`; half_pixel /
+    pytorch_half_pixel coordinates are torch's align_corners=False, ``align_corners`` is True)."""
+    mode, ctm = _str(a.get("mode", "nearest")), _str(a.get("coordinate_transformation_mode", "half_pixel"))
     x = tr.T(node.input[0])
-    tr.add(upsample_nearest_op(name, x, tr.out(outn, tr._resize_shape(node, x))), outn)
+    o = tr.out(outn, tr._resize_shape(node, x))
+    down = any(m < n for n, m in zip(x.shape, o.shape))
+    if mode == "nearest" and (ctm == "asymmetric" or not down or node.op_type == "Upsample"):
+        tr.add(resize_nearest_op(name, x, o), outn)
+        return
+    n = len(x.shape) - 2
+    if mode != "linear" or n not in _LINEAR_MODES or tuple(o.shape[:2]) != tuple(x.shape[:2]) \
+            or a.get("antialias", 0) or ctm not in ("half_pixel", "pytorch_half_pixel", "align_corners"):
+        raise _Unsupported(f"mode={mode!r}, coordinate_transformation_mode={ctm!r} on {list(x.shape)} (nearest; "
+                           "linear on the spatial axes of [N, C, ...] with half_pixel or align_corners coordinates)")
+    tr.add(O.interpolate(name, x, o, o.shape[2:], _LINEAR_MODES[n], ctm == "align_corners"), outn)
+
+
+_LINEAR_MODES = {1: "linear", 2: "bilinear", 3: "trilinear"}
 
 
 _NODE_HANDLERS: dict[str, Callable] = {
     **dict.fromkeys(_ALIAS, _n_alias), "Cast": _n_cast, **dict.fromkeys(_UNARY, _n_unary), "Clip": _n_clip,
-    **dict.fromkeys(_BINARY, _n_binary), "Where": _n_where, "MatMul": _n_matmul, "Gemm": _n_gemm, "Conv": _n_conv,
+    **dict.fromkeys(_BINARY, _n_binary), "Where": _n_where, "IsNaN": _n_isnan, "MatMul": _n_matmul, "Gemm": _n_gemm,
+    "Conv": _n_conv, "ConvTranspose": _n_conv, "Attention": _n_attention,
     "BatchNormalization": _n_batchnorm, "Softmax": _n_softmax, "LogSoftmax": _n_softmax,
-    "LayerNormalization": _n_layernorm, **dict.fromkeys(_REDUCE, _n_reduce),
+    "LayerNormalization": _n_layernorm, "RMSNormalization": _n_rmsnorm, "SimplifiedLayerNormalization": _n_rmsnorm,
+    "GroupNormalization": _n_groupnorm, **dict.fromkeys(_REDUCE, _n_reduce),
     "MaxPool": _n_pool, "AveragePool": _n_pool, "GlobalAveragePool": _n_global_pool, "GlobalMaxPool": _n_global_pool,
     **dict.fromkeys(("Flatten", "Reshape", "Squeeze", "Unsqueeze"), _n_view), "Transpose": _n_transpose,
     "Concat": _n_concat, "Split": _n_split, "Slice": _n_slice, "Gather": _n_gather, "Expand": _n_expand,
     "LSTM": _n_lstm, "Resize": _n_resize, "Upsample": _n_resize,
 }
+
+
+def _str(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+def _nan_guards(g: Any) -> dict[str, str]:
+    """IsNaN outputs that only ``Where(<them>, <constant>, x)`` read, x being the IsNaN's input, mapped to x: the
+    dynamo exporter's NaN-to-zero after the softmax of attention. Such a Where is x on finite values."""
+    const = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    users: dict[str, list] = {}
+    for n in g.node:
+        for v in n.input:
+            users.setdefault(v, []).append(n)
+    outs = {o.name for o in g.output}
+    guards = {}
+    for n in g.node:
+        if n.op_type == "IsNaN" and n.output[0] not in outs and users.get(n.output[0]) and all(
+                u.op_type == "Where" and list(u.input) == [n.output[0], u.input[1], n.input[0]] and u.input[1] in const
+                for u in users[n.output[0]]):
+            guards[n.output[0]] = n.input[0]
+    return guards
+
+
+def _gather_elements(a: dict, data: Any, idx: Any) -> Any:
+    """GatherElements of constants (onnx.reference's mis-shapes an index smaller than the data off the axis)."""
+    import numpy as np
+
+    ax = a.get("axis", 0) % data.ndim
+    idx = np.where(idx < 0, idx + data.shape[ax], idx)
+    return np.take_along_axis(data[tuple(slice(None) if k == ax else slice(0, n) for k, n in enumerate(idx.shape))],
+                              idx, ax)
+
+
+_NUMPY_FOLD: dict[str, Callable] = {"GatherElements": _gather_elements}
+
+
+ONNX_OPS: frozenset[str] = frozenset(_NODE_HANDLERS)
+"""The ONNX op types translated (besides folded constant nodes). Anything else is unsupported."""
 
 
 def _vi_shape(vi: Any) -> tuple[tuple[int, ...] | None, DType]:
@@ -798,17 +948,17 @@ def _np_dtype(d: Any) -> DType:
         return DType.float32
 
 
-__all__ = ["from_onnx"]
+__all__ = ["from_onnx", "ONNX_OPS"]
 
 
-def _symmetric_pads(a) -> list[int]:
-    """ONNX ``auto_pad``/``pads`` of a 2-D window op as [top, left, bottom, right]; only explicit symmetric padding
-    (or VALID) maps onto the IR's affine window index."""
+def _symmetric_pads(a, n: int = 2) -> list[int]:
+    """ONNX ``auto_pad``/``pads`` of a window op over ``n`` spatial axes as [begin..., end...] (2-D: [top, left,
+    bottom, right]); only explicit symmetric padding (or VALID) maps onto the IR's affine window index."""
     ap = a.get("auto_pad", b"NOTSET")
     ap = ap.decode() if isinstance(ap, bytes) else ap
     if ap not in ("NOTSET", "VALID"):
         raise _Unsupported(f"auto_pad={ap}")
-    pads = list(a.get("pads", [0, 0, 0, 0])) if ap == "NOTSET" else [0, 0, 0, 0]
-    if pads[0] != pads[2] or pads[1] != pads[3]:
+    pads = list(a.get("pads", [0] * 2 * n)) if ap == "NOTSET" else [0] * 2 * n
+    if pads[:n] != pads[n:]:
         raise _Unsupported(f"asymmetric pads {pads}")
     return pads

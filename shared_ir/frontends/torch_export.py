@@ -60,7 +60,7 @@ from ..dtypes import DType
 from ..errors import IRError, UnsupportedOpError, ValidationError
 from ..graph import Graph
 from ..op import Access, Dim, Op, OpKind, Tensor, TensorRole
-from ..ops import expand_op, select_op, slice_op, strided_view, upsample_nearest_op
+from ..ops import expand_op, resize_nearest_op, select_op, slice_op, strided_view
 from .torch_fx import (
     UNARY_FLOPS,
     _adaptive,
@@ -860,14 +860,7 @@ def _a_upsample_nearest(tr, node, a, kw):
     vec = str(node.target).endswith(".vec")
     if not _scales_match(x, out, a[2] if vec else a[2:], n):
         raise _Unsupported("scale factors that are not the size ratios")
-    ins, outs = x.shape[-n:], out.shape[-n:]
-    if all(o % i == 0 for i, o in zip(ins, outs)):
-        return tr.add(upsample_nearest_op(out.name, x, out))
-    if all(i % o == 0 for i, o in zip(ins, outs)):
-        lead = len(x.shape) - n
-        idx = [A(f"d{k}") * (1 if k < lead else ins[k - lead] // outs[k - lead]) for k in range(len(x.shape))]
-        return tr.add(strided_view(out.name, x, out, idx, "downsample_nearest"))
-    raise _Unsupported(f"nearest resize {list(ins)} -> {list(outs)} by a non-integer factor")
+    return tr.add(resize_nearest_op(out.name, x, out))
 
 
 _LINEAR_MODES = {"upsample_linear1d": ("linear", 1), "upsample_bilinear2d": ("bilinear", 2),

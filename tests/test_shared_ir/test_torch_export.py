@@ -48,42 +48,10 @@ def check_macs(m, inputs, **kw) -> Graph:
     return g
 
 
-# --- Hugging Face models from small configs (no downloads) -----------------------------------------------------------
-def _ids(b=2, s=16):
-    return torch.randint(0, 128, (b, s), generator=torch.Generator().manual_seed(0))
-
-
-def _hf(name):
-    T = pytest.importorskip("transformers")
-    torch.manual_seed(0)
-    dec = dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128, num_attention_heads=4,
-               num_key_value_heads=2, vocab_size=128, max_position_embeddings=64, use_cache=False)
-    if name == "gpt2":
-        return T.GPT2LMHeadModel(T.GPT2Config(n_layer=2, n_embd=64, n_head=4, vocab_size=128, n_positions=64,
-                                              use_cache=False, bos_token_id=0, eos_token_id=0)), (_ids(),)
-    if name == "llama":
-        return T.LlamaForCausalLM(T.LlamaConfig(**dec)), (_ids(),)
-    if name == "qwen2":
-        return T.Qwen2ForCausalLM(T.Qwen2Config(**dec)), (_ids(),)
-    if name == "bert":
-        return T.BertModel(T.BertConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                                        num_attention_heads=4, vocab_size=128, max_position_embeddings=64)), (_ids(),)
-    if name == "vit":
-        return T.ViTModel(T.ViTConfig(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
-                                      num_attention_heads=4, image_size=32, patch_size=8)), (torch.randn(2, 3, 32, 32),)
-    if name == "t5":
-        return (T.T5Model(T.T5Config(num_layers=2, d_model=64, d_ff=128, num_heads=4, d_kv=16, vocab_size=128,
-                                     use_cache=False)), {"input_ids": _ids(), "decoder_input_ids": _ids(2, 8)})
-    from transformers.models.whisper.modeling_whisper import WhisperEncoder
-
-    cfg = T.WhisperConfig(encoder_layers=2, d_model=128, encoder_attention_heads=4, encoder_ffn_dim=256,
-                          num_mel_bins=16, max_source_positions=32)
-    return WhisperEncoder(cfg), (torch.randn(2, 16, 64),)
-
-
+# --- Hugging Face models from small configs (no downloads; builders in conftest.py) ----------------------------------
 @pytest.mark.parametrize("name", ["gpt2", "llama", "qwen2", "bert", "vit", "t5", "whisper"])
-def test_hf_models_import_with_flop_counter_macs(name):
-    m, inputs = _hf(name)
+def test_hf_models_import_with_flop_counter_macs(name, hf_model):
+    m, inputs = hf_model(name)
     g = check_macs(m, inputs, name=name)
     # attention is the GEMM-softmax-GEMM chain chain finders look for
     attn = [c for c in g.chains() if [o.kind for o in c.compute_ops] == [OpKind.batch_matmul] * 2]
@@ -92,8 +60,8 @@ def test_hf_models_import_with_flop_counter_macs(name):
     assert all(g.tensor(t).role == TensorRole.output for t in g.outputs)
 
 
-def test_hf_names_and_tied_weights():
-    m, inputs = _hf("gpt2")
+def test_hf_names_and_tied_weights(hf_model):
+    m, inputs = hf_model("gpt2")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         g = from_torch_export(m.eval(), inputs)
@@ -105,36 +73,9 @@ def test_hf_names_and_tied_weights():
     assert g.inputs == ("input_ids",)
 
 
-# --- CNN with every conv kind, audio front end -----------------------------------------------------------------------
-class _ConvZoo(nn.Module):
-    """Dilated depthwise, grouped strided, transposed (output padding, groups), 1-d and 3-d convs, bilinear and
-    nearest resizes."""
-
-    def __init__(self):
-        super().__init__()
-        self.stem = nn.Conv2d(3, 16, 3, padding=1)
-        self.dw = nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=16)
-        self.grp = nn.Conv2d(16, 32, 3, stride=2, padding=1, groups=4)
-        self.bn = nn.BatchNorm2d(32)
-        self.up = nn.ConvTranspose2d(32, 16, 4, stride=2, padding=1)
-        self.up_g = nn.ConvTranspose2d(16, 8, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=1)
-        self.head = nn.Conv2d(8, 4, 1)
-        self.c1 = nn.Conv1d(4, 8, 5, stride=2, padding=2, dilation=2)
-        self.t1 = nn.ConvTranspose1d(8, 4, 3, stride=3)
-        self.c3 = nn.Conv3d(2, 4, 3, padding=1, stride=(1, 2, 2))
-        self.t3 = nn.ConvTranspose3d(4, 2, 2, stride=2)
-
-    def forward(self, x, seq, vol):
-        y = F.relu(self.bn(self.grp(F.relu(self.dw(self.stem(x))))))
-        y = F.interpolate(self.up(y), scale_factor=2, mode="bilinear", align_corners=False)
-        y = self.head(F.interpolate(self.up_g(y), scale_factor=0.5, mode="nearest"))
-        s = self.t1(F.gelu(self.c1(seq)))
-        v = F.interpolate(self.t3(self.c3(vol)), scale_factor=2, mode="trilinear")
-        return y, s, v
-
-
-def test_cnn_every_conv_kind():
-    m, xs = _ConvZoo(), (torch.randn(2, 3, 16, 16), torch.randn(2, 4, 30), torch.randn(1, 2, 4, 8, 8))
+# --- CNN with every conv kind, audio front end (builders in conftest.py) ---------------------------------------------
+def test_cnn_every_conv_kind(conv_zoo):
+    m, xs = conv_zoo
     g = check_macs(m, xs)
     kinds = g.count_kinds()
     assert kinds["conv2d"] == 4 and kinds["conv_transpose"] == 4 and kinds["conv1d"] == 1 and kinds["conv3d"] == 1
@@ -145,19 +86,8 @@ def test_cnn_every_conv_kind():
     assert [g.tensor(t).shape for t in g.outputs] == [tuple(y.shape) for y in m(*xs)]
 
 
-class _Audio(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.c1 = nn.Conv1d(16, 64, 3, padding=1)
-        self.c2 = nn.Conv1d(64, 64, 3, stride=2, padding=1)
-        self.enc = nn.TransformerEncoderLayer(64, 4, 128, batch_first=True, dropout=0.0)
-
-    def forward(self, mel):
-        return self.enc(F.gelu(self.c2(F.gelu(self.c1(mel)))).transpose(1, 2))
-
-
-def test_audio_front_end():
-    g = check_macs(_Audio(), (torch.randn(2, 16, 50),))
+def test_audio_front_end(audio_front_end):
+    g = check_macs(*audio_front_end)
     assert g.count_kinds()["conv1d"] == 2
     assert [o.kind for o in g.chains()[0].compute_ops] == [OpKind.conv1d, OpKind.conv1d]
 
@@ -249,10 +179,10 @@ def test_export_failure_falls_back_to_fx_and_names_both():
     assert t1.startswith("torch.fx symbolic tracing")
 
 
-def test_symbolic_dims_instantiated_for_sizes():
+def test_symbolic_dims_instantiated_for_sizes(hf_model):
     from torch.export import Dim
 
-    m, (ids,) = _hf("bert")
+    m, (ids,) = hf_model("bert")
     ds = ({0: Dim("batch", max=64), 1: Dim("seq", max=64)},)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
