@@ -275,18 +275,30 @@ def _graph_file(path: str, where: str) -> Graph:
 
 def _mix_entry(e: object, where: str, copies: int | None) -> tuple[str, Graph, int]:
     """(label, graph, copies) of one entry of a user's mix: a zoo name, a graph file, or a mapping
-    ``{model: <zoo name>, kwargs: {...}, copies: n}`` / ``{path: <file>, name: <label>, copies: n}``."""
+    ``{model: <zoo name>, kwargs: {...}, copies: n}`` / ``{path: <file>, name: <label>, copies: n}`` /
+    ``{workload: <any workload config>, name: <label>, copies: n}`` (e.g. ``{source: hf, name: gpt2, config:
+    {n_layer: 2}}``: any model shared_ir imports, see :mod:`shared_ir.workload`)."""
     from shared_ir.zoo import MODELS
 
     d = dict(e) if isinstance(e, Mapping) else ({"path": e} if str(e).lower().endswith(_GRAPH_SUFFIXES)
                                                else {"model": e})
-    unknown = sorted(set(d) - {"model", "kwargs", "copies", "path", "name"})
-    if unknown or ("model" in d) == ("path" in d):
+    unknown = sorted(set(d) - {"model", "kwargs", "copies", "path", "name", "workload"})
+    if unknown or sum(k in d for k in ("model", "path", "workload")) != 1:
         raise MapperError(where, "must be a zoo model name, a graph file (.yaml/.json/.onnx) or a mapping with "
-                                 f"`model` (and `kwargs`) or `path`, and optionally `copies`/`name`; got {e!r}", e)
+                                 f"`model` (and `kwargs`), `path` or `workload`, and optionally `copies`/`name`; "
+                                 f"got {e!r}", e)
     n = d.get("copies", copies if copies is not None else 1)
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise MapperError(f"{where}.copies", f"must be an integer >= 1, got {n!r}", n)
+    if "workload" in d:
+        from shared_ir.errors import ConfigFieldError
+        from shared_ir.workload import load_workload
+
+        try:
+            g = load_workload(d["workload"])
+        except ConfigFieldError as err:
+            raise MapperError(f"{where}.{err.path}", err.problem, err.value) from None
+        return str(d.get("name") or g.name), g, n
     if "path" in d:
         g = _graph_file(str(d["path"]), f"{where}.path")
         return str(d.get("name") or g.name), g, n

@@ -30,6 +30,7 @@ def test_zoo_names_a_graph_file_and_a_mapping(tmp_path):
     ([{"model": "resnet18", "copies": 0}], "task.mix[0].copies"),
     ([{"path": "/no/such.yaml"}], "task.mix[0].path"),
     ([{"model": "resnet18", "path": "x.yaml"}], "task.mix[0]"),
+    ([{"workload": {"source": "zoo", "name": "nosuch"}}], "task.mix[0].workload.name"),
     (["resnet18", "resnet18"], "task.mix"),
     ([], "task.mix"),
     ("nosuch_mix", "task.mix"),
@@ -44,3 +45,16 @@ def test_run_mix_takes_a_list(tmp_path):
     s = run_mix(out_dir=str(tmp_path), mix=["mlp2", "resnet18"], algorithms=["heft", "greedy"], gantt=False)
     assert s["mix"] == "mlp2+resnet18" and set(s["algorithms"]) == {"heft", "greedy"}
     assert (tmp_path / "summary.csv").is_file()
+
+
+def test_any_imported_model_through_a_workload_entry():
+    pytest.importorskip("transformers")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        w = load_user_mix([{"workload": {"source": "hf", "name": "gpt2", "seq": 32,
+                                         "config": {"n_layer": 1, "n_embd": 64, "n_head": 4, "vocab_size": 128}},
+                            "name": "tiny_gpt2", "copies": 2}, "mlp2"])
+    assert _models(w) == ["mlp2#0", "tiny_gpt2#0", "tiny_gpt2#1"]
+    assert any(layer.model == "tiny_gpt2#0" and layer.macs > 0 for layer in w.layers)
