@@ -13,7 +13,9 @@ from typing import Any, Mapping, Optional
 from .errors import ConfigError
 
 METHODS = ("full_ft", "lsp", "zero_offload", "zero_offload_delayed", "lora", "galore")
-WEIGHT_DTYPES = ("bfloat16", "float32", "float16")
+WEIGHT_DTYPES = ("auto", "bfloat16", "float32", "float16")
+CPU_FIT_BUDGET_S = 30.0
+"""Default wall-clock budget of one projector fit on the CPU (``lsp.fit_budget_s: null``)."""
 DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",  # llama
                    "c_attn", "c_proj", "c_fc",  # gpt2 (Conv1D)
                    "query", "key", "value", "dense")  # bert-style encoders
@@ -78,8 +80,14 @@ class LSPConfig:
     """Initial fit: each module's projectors on its own calibration gradient (True; the reference's per-module
     refinement) or one fit per weight shape copied to every layer of that shape (False; cheaper, but the gradients
     of different layers share little of their subspaces, so the shared fit barely beats random values)."""
-    weight_dtype: str = "bfloat16"
-    """Dtype of the frozen weights on the compute device."""
+    weight_dtype: str = "auto"
+    """Dtype of the frozen weights on the compute device: ``auto`` = bfloat16 on a GPU, float32 on the CPU (where
+    bf16 matmuls ran about 5× slower per step than fp32 on an AVX2 machine), or ``bfloat16``/``float32``/``float16``."""
+    fit_budget_s: Optional[float] = None
+    """Wall-clock seconds one projector fit (the initial one, or a check's refits) may take: the calibration
+    batches get half (at least one batch runs), then each module an even share of what is left, stopping at
+    ``fit_steps`` or at its share with the best values seen. ``null`` = 30 s on the CPU and no limit on a GPU; 0 =
+    no limit. A bounded fit depends on the machine's speed; a resumed run restores its projectors."""
     overlap: bool = True
     """Layer-wise overlapped schedule (False: synchronous reference, update after the whole backward)."""
     adam_threads: int = 0
@@ -103,6 +111,20 @@ class LSPConfig:
         if self.weight_dtype not in WEIGHT_DTYPES:
             raise ConfigError(f"{prefix}.weight_dtype", f"must be one of {list(WEIGHT_DTYPES)}, got "
                                                        f"{self.weight_dtype!r}", self.weight_dtype)
+        if self.fit_budget_s is not None:
+            _pos(self, "fit_budget_s", prefix, allow_zero=True)
+
+    def weight_dtype_for(self, device_type: str) -> str:
+        """The frozen weights' dtype on a ``cpu``/``cuda`` device (``auto`` resolved)."""
+        if self.weight_dtype != "auto":
+            return self.weight_dtype
+        return "float32" if device_type == "cpu" else "bfloat16"
+
+    def fit_budget_for(self, device_type: str) -> float:
+        """Seconds one projector fit may take on a ``cpu``/``cuda`` device (0 = no limit)."""
+        if self.fit_budget_s is not None:
+            return float(self.fit_budget_s)
+        return CPU_FIT_BUDGET_S if device_type == "cpu" else 0.0
 
 
 @dataclass

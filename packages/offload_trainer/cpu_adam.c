@@ -1,5 +1,6 @@
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -37,6 +38,21 @@ void lsp_adam_delta(float* restrict m, float* restrict v, const float* restrict 
         m[i] = mi; v[i] = vi;
         out[i] = (mi * inv_bc1) / (sqrtf(vi) * inv_sqrt_bc2 + eps);
     }
+}
+/* lsp_adam_delta after a check of g: the number of its NaN/inf entries, and then nothing is written (the update
+   is skipped); 0 after a normal update. One extra read of g, in cache right after its copy to the host. */
+long lsp_adam_delta_checked(float* restrict m, float* restrict v, const float* restrict g, float* restrict out,
+                            long n, float b1, float b2, float eps, float inv_bc1, float inv_sqrt_bc2, int nthreads) {
+    long bad = 0;
+    #pragma omp parallel for simd num_threads(nthreads) schedule(static) reduction(+:bad) if(n >= 65536)
+    for (long i = 0; i < n; ++i) {
+        uint32_t u;
+        memcpy(&u, g + i, sizeof u);
+        bad += (u & 0x7f800000u) == 0x7f800000u;  /* exponent all ones: inf or NaN */
+    }
+    if (bad) return bad;
+    lsp_adam_delta(m, v, g, out, n, b1, b2, eps, inv_bc1, inv_sqrt_bc2, n >= 65536 ? nthreads : 1);
+    return 0;
 }
 /* ZeRO-Offload baseline: full Adam on fp32 master parameters p -= lr * m̂ / (sqrt(v̂) + eps). */
 void lsp_adam_param(float* restrict p, float* restrict m, float* restrict v, const float* restrict g, long n,

@@ -52,6 +52,8 @@ def load_kernel() -> Optional[ctypes.CDLL]:
             lib.lsp_adam_delta.restype = None
             lib.lsp_adam_param.argtypes = [fp, fp, fp, fp, L, F, F, F, F, F, F, I]
             lib.lsp_adam_param.restype = None
+            lib.lsp_adam_delta_checked.argtypes = [fp, fp, fp, fp, L, F, F, F, F, F, I]
+            lib.lsp_adam_delta_checked.restype = L
             _lib, _so = lib, so
         except (OSError, CompileError) as e:
             _lib_error = str(e)
@@ -124,29 +126,41 @@ class CPUAdam:
         import torch
 
         n = ts[0].numel()
-        for t in ts:
-            if t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous() or t.numel() != n:
+        f32 = torch.float32
+        for t in ts:  # is_cpu, not device.type: this runs per layer and step, and a device object costs
+            if not t.is_cpu or t.dtype is not f32 or not t.is_contiguous() or t.numel() != n:
                 raise ValueError("CPUAdam: tensors must be contiguous fp32 CPU tensors of equal size")
         return n
 
-    def delta(self, g: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", out: "torch.Tensor", step: int) -> None:
-        """m, v ← Adam moments after gradient g; out ← m̂ / (√v̂ + eps). ``step`` counts from 1."""
+    def delta(self, g: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", out: "torch.Tensor", step: int,
+              check_finite: bool = False) -> bool:
+        """m, v ← Adam moments after gradient g; out ← m̂ / (√v̂ + eps). ``step`` counts from 1. With
+        ``check_finite`` a g holding NaN/inf changes nothing and False is returned (the kernel checks g in C, so the
+        check costs no torch operator). Tensors of any shape, contiguous."""
         n = self._check(g, m, v, out)
         c1, c2 = self._corr(step)
         if self.lib is not None:
             # the kernel splits the array over its own OpenMP team
-            self.lib.lsp_adam_delta(m.data_ptr(), v.data_ptr(), g.data_ptr(), out.data_ptr(), n, self.b1, self.b2,
-                                    self.eps, c1, c2, self.threads)
-            return
-        else:
-            def run(a: int, b: int) -> None:
-                mm, vv, gg, oo = m.view(-1)[a:b], v.view(-1)[a:b], g.view(-1)[a:b], out.view(-1)[a:b]
-                mm.mul_(self.b1).add_(gg, alpha=1 - self.b1)
-                vv.mul_(self.b2).addcmul_(gg, gg, value=1 - self.b2)
-                import torch
-                torch.sqrt(vv, out=oo).mul_(c2).add_(self.eps)
-                torch.div(mm, oo, out=oo).mul_(c1)
+            args = (m.data_ptr(), v.data_ptr(), g.data_ptr(), out.data_ptr(), n, self.b1, self.b2, self.eps, c1, c2,
+                    self.threads)
+            if check_finite:
+                return self.lib.lsp_adam_delta_checked(*args) == 0
+            self.lib.lsp_adam_delta(*args)
+            return True
+        import torch
+
+        if check_finite and not bool(torch.isfinite(g).all()):
+            return False
+
+        def run(a: int, b: int) -> None:
+            mm, vv, gg, oo = m.view(-1)[a:b], v.view(-1)[a:b], g.view(-1)[a:b], out.view(-1)[a:b]
+            mm.mul_(self.b1).add_(gg, alpha=1 - self.b1)
+            vv.mul_(self.b2).addcmul_(gg, gg, value=1 - self.b2)
+            torch.sqrt(vv, out=oo).mul_(c2).add_(self.eps)
+            torch.div(mm, oo, out=oo).mul_(c1)
+
         self._run(run, n)
+        return True
 
     def param(self, p: "torch.Tensor", g: "torch.Tensor", m: "torch.Tensor", v: "torch.Tensor", step: int,
               lr: float) -> None:

@@ -103,6 +103,11 @@ class TokenData:
     def __len__(self) -> int:
         return int(self.input_ids.shape[0])
 
+    def subset(self, a: int, b: int) -> "TokenData":
+        """Examples a..b-1 (views)."""
+        return TokenData(self.input_ids[a:b], self.attention_mask[a:b], None if self.labels is None else
+                         self.labels[a:b])
+
     def take(self, idx: "torch.Tensor") -> dict:
         out = {"input_ids": self.input_ids[idx], "attention_mask": self.attention_mask[idx]}
         if self.labels is not None:
@@ -157,17 +162,8 @@ def load_splits(cfg: DataConfig, tok, classify: bool) -> Splits:
     if len(data) < need:
         raise DataError("data.max_examples", f"{len(data)} examples of {cfg.seq_len} tokens; need at least {need} "
                                              f"(eval_examples + calib_examples + 1)", len(data))
-    import torch
-
     e, c = cfg.eval_examples, cfg.calib_examples
-
-    def sub(a: int, b: int) -> TokenData:
-        sl = slice(a, b)
-        return TokenData(data.input_ids[sl], data.attention_mask[sl],
-                         None if data.labels is None else data.labels[sl])
-
-    del torch
-    return Splits(train=sub(e + c, len(data)), eval=sub(0, e), calib=sub(e, e + c))
+    return Splits(train=data.subset(e + c, len(data)), eval=data.subset(0, e), calib=data.subset(e, e + c))
 
 
 def batch_indices(n: int, batch: int, step: int, micro: int, accum: int, seed: int) -> list[int]:

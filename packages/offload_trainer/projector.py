@@ -1,8 +1,10 @@
 """(d, r)-sparse projectors: an m×d matrix with exactly r non-zeros per row at fixed random columns and learnable
 values (a count-sketch with learned values), stored compactly as (m, r) column indices + (m, r) values.
 
-Products use torch's CSR kernels so that no m×d (let alone m×n) dense matrix is built on the training path; the
-dense form exists only for fitting and tests.
+Products use torch's CSR kernels so that no m×d (let alone m×n) dense matrix is built on the training path, or,
+where a measurement at setup shows it faster and its memory fits (:mod:`offload_trainer.lsp_linear`), the dense
+scattered form (zeros off the pattern, cached until the values change): on a CPU a BLAS product with a small d
+beats a sparse kernel's per-call overhead by 2–5×, while at d ≈ 192 the CSR kernels win.
 """
 from __future__ import annotations
 
@@ -99,11 +101,42 @@ class SparseProjector:
             else:  # rows already hold r sorted columns each
                 crow = torch.arange(0, n + 1, self.r, device=dev)
                 ccol, cval, shape = cols, vals, (self.rows, self.d)
+            if n < 2 ** 31:  # int32 indices: what MKL/cuSPARSE take, so no product converts them per call
+                crow, ccol = crow.to(torch.int32), ccol.to(torch.int32)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # "sparse CSR support is in beta"
                 m = torch.sparse_csr_tensor(crow, ccol, cval, shape, check_invariants=False)
             self._cache[key] = m
         return m
+
+    def fwd_form(self, dense: bool):
+        """Pᵀ (d×rows) as the first operand of the training path's products (``F.linear(Pᵀ, Y)`` = Pᵀ Yᵀ): the CSR of
+        Pᵀ, or with ``dense`` the scattered dense Pᵀ (contiguous fp32). Built once, cached until the values change."""
+        if not dense:
+            return self._csr(True)
+        m = self._cache.get("dt")
+        if m is None:
+            m = self._cache["dt"] = self.dense().t().contiguous()
+        return m
+
+    def mat_form(self, dense: bool):
+        """P (rows×d) as the first operand of ``mm``/``addmm_``: the CSR of P, or with ``dense`` a transposed view
+        of the cached dense Pᵀ (no copy; BLAS reads it transposed)."""
+        if not dense:
+            return self._csr(False)
+        m = self._cache.get("dtv")
+        if m is None:
+            m = self._cache["dtv"] = self.fwd_form(True).t()
+        return m
+
+    def release_dense(self) -> None:
+        """Drop the cached dense forms (the CSR ones stay)."""
+        self._cache.pop("dt", None)
+        self._cache.pop("dtv", None)
+
+    def dense_nbytes(self) -> int:
+        """Bytes of the dense scattered form (what :meth:`fwd_form` with ``dense`` keeps)."""
+        return self.rows * self.d * 4
 
     def t_matmul(self, y: "torch.Tensor") -> "torch.Tensor":
         """Pᵀ·Y for Y (rows×k) → (d×k)."""
@@ -152,11 +185,14 @@ def relative_error_sq(P: SparseProjector, Q: SparseProjector, pv: "torch.Tensor"
 
 
 def fit_projectors(P: SparseProjector, Q: SparseProjector, grads: "list[torch.Tensor]", steps: int = 100,
-                   lr: float = 0.1) -> tuple[float, float]:
+                   lr: float = 0.1, deadline: "float | None" = None) -> tuple[float, float]:
     """Fit the non-zero values of P and Q (Adam, ``lr``: the reference's optimiser and rate) to minimise the mean
     relative estimation error ‖P Pᵀ G Q Qᵀ − G‖_F/‖G‖_F over ``grads`` (one or several gradients of the same shape).
     Returns (error before, error after) on ``grads``; P and Q keep the best values seen (the initial ones
-    included), so a fit never makes the error on ``grads`` worse."""
+    included), so a fit never makes the error on ``grads`` worse. No step starts after ``deadline`` (a
+    ``time.perf_counter()`` value), if given."""
+    import time
+
     import torch
 
     if not grads:
@@ -178,6 +214,8 @@ def fit_projectors(P: SparseProjector, Q: SparseProjector, grads: "list[torch.Te
             before = loss_fn().item()
         best, best_p, best_q = before, P.val.clone(), Q.val.clone()
         for _ in range(int(steps)):
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
             opt.zero_grad(set_to_none=True)
             loss = loss_fn()
             lv = loss.item()

@@ -7,9 +7,13 @@
 
 ``d2h`` is hooked into the layer's backward (the moment its compressed gradient exists), ``process`` and ``h2d``
 run on a host worker thread while the backward of shallower layers continues, and ``update`` lands either
-opportunistically during the rest of the backward (when the worker is done) or, at the latest, in the layer's
-forward pre-hook of the next iteration. Every update is applied before the layer's next forward: no stale weights
-(unlike ZeRO-Offload's one-step delayed update).
+opportunistically during the rest of the backward (when the worker is done) or, at the latest, at the start of the
+layer's forward in the next iteration (its ``before_forward`` callback). Every update is applied before the layer's
+next forward: no stale weights (unlike ZeRO-Offload's one-step delayed update).
+
+Host cost per layer and step (counted by :mod:`offload_trainer.dispatch`): on a CPU-only run no torch operator at all
+beyond the layer's own products — the gradient is handed over without a copy, the finiteness check runs inside the C
+Adam kernel, Δᵀ is a view made once and the update's in×d buffer is shared by the layers of one shape.
 
 Without CUDA the same tasks run with a CPU worker thread standing for the host side and plain copies standing
 for the transfers, so every path of the schedule is exercised on a CPU-only machine. ``overlap=False`` is the
@@ -17,6 +21,7 @@ synchronous reference: all four tasks of all layers after the backward, one laye
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -38,11 +43,13 @@ class LayerState:
     v: "torch.Tensor"
     """Adam second moment."""
     host_g: "torch.Tensor"
-    """Host buffer the compressed gradient is copied into (d2h)."""
+    """Host buffer the compressed gradient is copied into (d2h); on a CPU-only run the gradient itself (no copy)."""
     host_delta: "torch.Tensor"
     """Host buffer of the Adam direction Δ."""
     dev_delta: "torch.Tensor"
     """Device buffer Δ is uploaded into (h2d); the host buffer itself on a CPU-only run."""
+    delta_t: Any = None
+    """Δᵀ: a view of ``dev_delta`` made once, so the update transposes nothing per step."""
     step: int = 0
     """Adam steps taken by this layer."""
     pending: Optional[Future] = None
@@ -77,11 +84,14 @@ class LayerwiseScheduler:
                 return torch.zeros(d, d, dtype=torch.float32, pin_memory=pin)
 
             hd = hbuf()
-            self.states.append(LayerState(m=hbuf(), v=hbuf(), host_g=hbuf(), host_delta=hd,
-                                          dev_delta=torch.zeros(d, d, device=dev) if self.cuda else hd))
+            dd = torch.zeros(d, d, device=dev) if self.cuda else hd
+            self.states.append(LayerState(m=hbuf(), v=hbuf(), host_g=hbuf(), host_delta=hd, dev_delta=dd,
+                                          delta_t=dd.t()))
         self.index = {id(lay): i for i, lay in enumerate(self.layers)}
         self._submit = True
         self._sync_queue: list[int] = []
+        self._inflight: dict[int, None] = {}  # layers with a submitted host job, in submission order
+        self._scratch: dict = {}  # in×d buffers of the updates, one per shape (updates run one at a time)
         self._worker = ThreadPoolExecutor(1, thread_name_prefix="lsp_host")
         self._lock = threading.Lock()
         self._error: Optional[NonFiniteGradientError] = None
@@ -89,10 +99,9 @@ class LayerwiseScheduler:
         if self.cuda:
             self.d2h_stream = torch.cuda.Stream(device=dev)
             self.h2d_stream = torch.cuda.Stream(device=dev)
-        self._hooks = []
         for lay in self.layers:
             lay.on_grad = self._on_grad
-            self._hooks.append(lay.register_forward_pre_hook(self._before_forward))
+            lay.before_forward = self._before_forward
 
     # --- public ---------------------------------------------------------------------------------------------------
     def begin_step(self, final_micro_batch: bool = True) -> None:
@@ -101,7 +110,7 @@ class LayerwiseScheduler:
 
     def end_step(self) -> None:
         """After the last backward of a step. Synchronous mode runs every layer's four tasks here; the overlapped
-        mode leaves what is still in flight to the next forward's pre-hooks."""
+        mode leaves what is still in flight to the layers' next forwards."""
         if not self.overlap:
             for i in self._sync_queue:
                 self._d2h(i)
@@ -117,20 +126,29 @@ class LayerwiseScheduler:
         """Apply every pending update now (before evaluation, a checkpoint, a projector refit, the end)."""
         if not self.overlap:
             self.end_step()
-        for i in range(len(self.layers)):
-            self._apply_if_pending(i, block=True)
+        self._drain(block=True)
         self._raise_if_error()
 
     def close(self) -> None:
         try:
             self.flush()
         finally:
-            for h in self._hooks:
-                h.remove()
             for lay in self.layers:
-                lay.on_grad = None
+                lay.on_grad = lay.before_forward = None
             self._worker.shutdown(wait=True)
             self.adam.close()
+
+    @contextlib.contextmanager
+    def inline_host_jobs(self):
+        """While active, each host job (process, h2d) runs on the calling thread when it is submitted: the same
+        operators as the overlapped schedule, on the one thread ``torch.profiler`` records (it follows only the
+        thread that started it), so a profile counts them. Updates then land during the backward."""
+        self._drain(block=True)
+        worker, self._worker = self._worker, _InlineExecutor()
+        try:
+            yield self
+        finally:
+            self._worker = worker
 
     def state_dict(self) -> dict:
         self.flush()
@@ -151,11 +169,11 @@ class LayerwiseScheduler:
             self._sync_queue.append(i)
             return
         self._d2h(i)
-        st = self.states[i]
-        st.pending = self._worker.submit(self._host_job, i)
+        self.states[i].pending = self._worker.submit(self._host_job, i)
+        self._inflight[i] = None
         self._drain(block=False)  # updates of deeper layers that are ready land while the backward continues
 
-    def _before_forward(self, layer, args) -> None:
+    def _before_forward(self, layer) -> None:
         self._apply_if_pending(self.index[id(layer)], block=True)
         self._raise_if_error()
 
@@ -171,7 +189,9 @@ class LayerwiseScheduler:
         lay, st = self.layers[i], self.states[i]
         g = lay.take_grad()
         self._log("d2h", i)
-        if self.cuda:
+        if not self.cuda:
+            st.host_g = g  # already on the host: the gradient itself, no copy
+        else:
             ev = torch.cuda.Event()
             ev.record(torch.cuda.current_stream(g.device))
             with torch.cuda.stream(self.d2h_stream):
@@ -180,24 +200,20 @@ class LayerwiseScheduler:
                 done = torch.cuda.Event()
                 done.record(self.d2h_stream)
             st.g_ref = (g, done)
-        else:
-            st.host_g.copy_(g)
 
     def _process(self, i: int) -> None:
-        import torch
-
         st = self.states[i]
         if self.cuda and st.g_ref is not None:
             st.g_ref[1].synchronize()
             st.g_ref = None
         self._log("process", i)
-        if not bool(torch.isfinite(st.host_g).all()):
+        # the finiteness check runs inside the C kernel (no torch operator); a bad gradient changes no state
+        if not self.adam.delta(st.host_g, st.m, st.v, st.host_delta, st.step + 1, check_finite=True):
             err = NonFiniteGradientError(self.layers[i].name, "compressed gradient holds NaN/inf; update skipped")
             with self._lock:
                 self._error = self._error or err
             return
         st.step += 1
-        self.adam.delta(st.host_g.view(-1), st.m.view(-1), st.v.view(-1), st.host_delta.view(-1), st.step)
 
     def _h2d(self, i: int) -> None:
         import torch
@@ -220,7 +236,7 @@ class LayerwiseScheduler:
             torch.cuda.current_stream(st.dev_delta.device).wait_event(st.up_event)
             st.up_event = None
         self._log("update", i)
-        self.layers[i].apply_update(st.dev_delta, self.lr)
+        self.layers[i].apply_update(st.dev_delta, self.lr, delta_t=st.delta_t, scratch=self._scratch)
 
     def _host_job(self, i: int) -> None:
         self._process(i)
@@ -232,13 +248,17 @@ class LayerwiseScheduler:
         if fut is None or (not block and not fut.done()):
             return False
         st.pending = None
+        self._inflight.pop(i, None)
         fut.result()  # re-raise a worker exception here
         self._update(i)
         return True
 
     def _drain(self, block: bool) -> None:
-        for i in range(len(self.layers) - 1, -1, -1):
-            self._apply_if_pending(i, block)
+        # in submission order (the backward's: deepest first); one FIFO worker, so the first job not done yet
+        # means none after it is done either
+        for i in list(self._inflight):
+            if not self._apply_if_pending(i, block) and not block:
+                break
 
     def _raise_if_error(self) -> None:
         if self._error is not None:
@@ -248,7 +268,23 @@ class LayerwiseScheduler:
                 if st.pending is not None:
                     st.pending.exception()
                     st.pending = None
+            self._inflight.clear()
             # in-flight jobs of the same failed step may have recorded more errors meanwhile: the first one stands,
             # and a later flush/close must not raise a stale one again
             self._error = None
             raise err
+
+
+class _InlineExecutor:
+    """``submit`` runs the job at once on the calling thread and returns its finished future."""
+
+    def submit(self, fn, *args) -> Future:
+        fut: Future = Future()
+        try:
+            fut.set_result(fn(*args))
+        except BaseException as e:  # noqa: BLE001 - handed to the caller through the future, like a pool's
+            fut.set_exception(e)
+        return fut
+
+    def shutdown(self, wait: bool = True) -> None:  # noqa: ARG002
+        pass

@@ -9,6 +9,7 @@ leaves the last good checkpoint untouched.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import math
@@ -70,6 +71,7 @@ class Trainer:
             if hasattr(self.model.config, "use_cache"):
                 self.model.config.use_cache = False
         self.model.train()
+        self._announce()
         if cfg.out_dir:
             remove_stale_temps(cfg.out_dir)
         if resume and cfg.out_dir and os.path.isfile(os.path.join(cfg.out_dir, CHECKPOINT)):
@@ -78,6 +80,21 @@ class Trainer:
             self.fit_projectors(initial=True)
 
     # --- setup ----------------------------------------------------------------------------------------------------
+    def _announce(self) -> None:
+        """One line on what trains where (with ``train.progress``)."""
+        import sys
+
+        if not self.cfg.train.progress:
+            return
+        msg = f"  {self.method}: {int(self.n_trainable):,} trainable parameters on {self.device.type}"
+        if self.method == "lsp":
+            lc = self.cfg.lsp
+            budget = lc.fit_budget_for(self.device.type)
+            msg += (f", {len(self.layers)} LSP linears (d={lc.d}, r={lc.r}, frozen weights "
+                    f"{lc.weight_dtype_for(self.device.type)}), projector fit budget "
+                    f"{f'{budget:g} s' if budget else 'unlimited'}")
+        print(msg, file=sys.stderr, flush=True)
+
     def _targets(self) -> list[tuple[str, Any]]:
         found = find_target_linears(self.model, self.cfg.model.target_modules)
         if not found:
@@ -98,7 +115,7 @@ class Trainer:
         adam_kw = dict(lr=tc.lr, betas=tc.betas, eps=tc.eps)
         if m == "lsp":
             lc = self.cfg.lsp
-            wdt = getattr(torch, lc.weight_dtype)
+            wdt = getattr(torch, lc.weight_dtype_for(self.device.type))
             self._targets()  # a clear error before wrapping
             self.layers = wrap_model(self.model, self.cfg.model.target_modules, lc.d, lc.r, lc.seed, wdt)
             for p in head:
@@ -172,6 +189,7 @@ class Trainer:
         tot, n, correct = 0.0, 0, 0
         was = self.model.training
         self.model.eval()
+        prog = _Progress(self.cfg.train.progress, -(-len(data) // self.cfg.train.batch), 0, "eval", "batch")
         with torch.no_grad():
             for a in range(0, len(data), self.cfg.train.batch):
                 idx = list(range(a, min(len(data), a + self.cfg.train.batch)))
@@ -181,6 +199,8 @@ class Trainer:
                 n += len(idx)
                 if self.classify:
                     correct += int((out.logits.argmax(-1) == b["labels"]).sum())
+                prog.update()
+        prog.close()
         self.model.train(was)
         res = {"eval_loss": tot / max(1, n)}
         if self.classify:
@@ -188,25 +208,14 @@ class Trainer:
         return res
 
     # --- LSP projector fitting --------------------------------------------------------------------------------------
-    def calibration_grads(self) -> list:
-        """Full ∇W of every LSP layer accumulated over the held-out calibration batches."""
-        if self.scheduler is not None:
-            self.scheduler.flush()
-        for lay in self.layers:
-            lay.calibrating, lay.calib_grad = True, None
-        data = self.splits.calib
-        try:
-            nb = min(self.cfg.lsp.calib_batches, max(1, len(data) // self.cfg.train.batch))
-            for k in range(nb):
-                idx = list(range(k * self.cfg.train.batch, min(len(data), (k + 1) * self.cfg.train.batch)))
-                self._loss(self._batch(data, idx)).backward()
-            grads = [lay.calib_grad for lay in self.layers]
-        finally:
-            for lay in self.layers:
-                lay.calibrating, lay.calib_grad = False, None
-            for p in self.model.parameters():
-                p.grad = None
-        return grads
+    def calibration_grads(self, deadline: Optional[float] = None) -> list:
+        """Full ∇W of every LSP layer accumulated over the held-out calibration batches (those that start before
+        ``deadline``, at least one)."""
+        data, b = self.splits.calib, self.cfg.train.batch
+        nb = min(self.cfg.lsp.calib_batches, max(1, len(data) // b))
+        batches = (self._batch(data, list(range(k * b, min(len(data), (k + 1) * b)))) for k in range(nb))
+        return calibration_grads(self.model, self.layers, batches, nb, self.scheduler, self.cfg.train.progress,
+                                 deadline)
 
     def projection_errors(self, grads=None) -> list[float]:
         from .projector import estimation_error
@@ -215,45 +224,12 @@ class Trainer:
         return [estimation_error(lay.P, lay.Q, g) for lay, g in zip(self.layers, grads)]
 
     def fit_projectors(self, initial: bool = False, grads: Optional[list] = None) -> dict[str, Any]:
-        """Initial fit (per module by default; or one fit per weight shape on up to 3 layers' calibration
-        gradients, values copied to every layer of that shape) or a periodic check (refit a layer only if its error
-        exceeds alpha, re-projecting its Adam moments onto the new subspace)."""
-        from .projector import estimation_error, fit_projectors, reproject_moments
-
-        lc = self.cfg.lsp
-        grads = grads if grads is not None else self.calibration_grads()
-        info: dict[str, Any] = {"refit": 0}
-        if initial and lc.fit_per_module:
-            # each module on its own calibration gradient: the subspaces of different layers' gradients differ
-            info["module_errors"] = [fit_projectors(lay.P, lay.Q, [g], lc.fit_steps, lc.fit_lr)
-                                     for lay, g in zip(self.layers, grads)]
-            return info
-        if initial:
-            by_shape: dict[tuple, list[int]] = {}
-            for i, lay in enumerate(self.layers):
-                by_shape.setdefault(tuple(lay.weight.shape), []).append(i)
-            errs = []
-            for shape, ids in by_shape.items():
-                pick = ids if len(ids) <= 3 else [ids[0], ids[len(ids) // 2], ids[-1]]
-                lead = self.layers[pick[0]]
-                b, a = fit_projectors(lead.P, lead.Q, [grads[i] for i in pick], lc.fit_steps, lc.fit_lr)
-                errs.append((b, a))
-                for i in ids:
-                    if self.layers[i].P.idx.equal(lead.P.idx) and self.layers[i].Q.idx.equal(lead.Q.idx):
-                        self.layers[i].P.set_values(lead.P.val)
-                        self.layers[i].Q.set_values(lead.Q.val)
-                    else:  # different sparsity pattern: fit on its own
-                        fit_projectors(self.layers[i].P, self.layers[i].Q, [grads[i]], lc.fit_steps, lc.fit_lr)
-            info["shape_errors"] = errs
-            return info
-        for i, (lay, g) in enumerate(zip(self.layers, grads)):
-            err = estimation_error(lay.P, lay.Q, g)
-            if err > lc.alpha:
-                P0, Q0 = lay.P.clone(), lay.Q.clone()
-                fit_projectors(lay.P, lay.Q, [g], lc.fit_steps, lc.fit_lr)
-                st = self.scheduler.states[i]
-                reproject_moments(st.m, st.v, lay.P, P0, lay.Q, Q0)
-                info["refit"] += 1
+        """The initial fit or a periodic check (:func:`fit_layer_projectors`) on the calibration gradients, both
+        within ``lsp.fit_budget_s`` (:func:`fit_deadlines`)."""
+        calib_end, end = fit_deadlines(self.cfg.lsp, self.device.type)
+        grads = grads if grads is not None else self.calibration_grads(calib_end)
+        info = fit_layer_projectors(self.layers, grads, self.cfg.lsp, self.device.type, initial=initial,
+                                    scheduler=self.scheduler, progress=self.cfg.train.progress, end=end)
         self.refits += info["refit"]
         return info
 
@@ -453,6 +429,115 @@ class Trainer:
                 g.update(rank=tc.galore_rank, update_proj_gap=tc.galore_update_gap, scale=tc.galore_scale)
 
 
+def fit_deadlines(lc, device_type: str) -> tuple[Optional[float], Optional[float]]:
+    """(end of the calibration batches, end of the module fits) as ``time.perf_counter()`` values for a projector
+    fit starting now within ``lc.fit_budget_s`` (the calibration gets half; (None, None) without a limit)."""
+    budget = lc.fit_budget_for(device_type)
+    if budget <= 0:
+        return None, None
+    now = time.perf_counter()
+    return now + budget / 2, now + budget
+
+
+def calibration_grads(model, layers: list, batches, n: int, scheduler=None, progress: bool = False,
+                      deadline: Optional[float] = None) -> list:
+    """Full ∇W of every LSP layer of ``model`` accumulated over ``batches`` (``n`` dicts of model inputs with
+    labels; those that start before ``deadline``, at least one), pending updates of ``scheduler`` applied first; a
+    progress line per batch."""
+    if scheduler is not None:
+        scheduler.flush()
+    for lay in layers:
+        lay.calibrating, lay.calib_grad = True, None
+    prog = _Progress(progress, n, 0, "calibration gradients", "batch")
+    try:
+        for k, batch in enumerate(batches):
+            if k and deadline is not None and time.perf_counter() >= deadline:
+                prog.say(f"{k} of {n} batches within the fit budget")
+                break
+            model(**batch).loss.backward()
+            prog.update()
+        grads = [lay.calib_grad for lay in layers]
+    finally:
+        prog.close()
+        for lay in layers:
+            lay.calibrating, lay.calib_grad = False, None
+        for p in model.parameters():
+            p.grad = None
+    return grads
+
+
+def fit_layer_projectors(layers: list, grads: list, lc, device_type: str, initial: bool = True, scheduler=None,
+                         progress: bool = False, end: Optional[float] = None) -> dict[str, Any]:
+    """Initial fit (per module by default; or one fit per weight shape on up to 3 layers' calibration gradients,
+    values copied to every layer of that shape) or a periodic check (refit a layer only if its error exceeds
+    ``lc.alpha``, re-projecting its Adam moments in ``scheduler`` onto the new subspace). Bounded by
+    ``end`` (a ``time.perf_counter()`` value; default: ``lc.fit_budget_s`` from now, 30 s on the CPU), with
+    progress lines. ``info["refit"]``: layers refitted."""
+    from .projector import estimation_error, reproject_moments
+
+    info: dict[str, Any] = {"refit": 0}
+    if initial and lc.fit_per_module:
+        # each module on its own calibration gradient: the subspaces of different layers' gradients differ
+        with _fitter(lc, device_type, len(layers), progress, end) as fit:
+            info["module_errors"] = [fit(lay, [g]) for lay, g in zip(layers, grads)]
+        return info
+    if initial:
+        by_shape: dict[tuple, list[int]] = {}
+        for i, lay in enumerate(layers):
+            by_shape.setdefault(tuple(lay.weight.shape), []).append(i)
+        errs = []
+        with _fitter(lc, device_type, len(by_shape), progress, end) as fit:
+            for ids in by_shape.values():
+                pick = ids if len(ids) <= 3 else [ids[0], ids[len(ids) // 2], ids[-1]]
+                lead = layers[pick[0]]
+                errs.append(fit(lead, [grads[i] for i in pick]))
+                for i in ids:
+                    if layers[i].P.idx.equal(lead.P.idx) and layers[i].Q.idx.equal(lead.Q.idx):
+                        layers[i].P.set_values(lead.P.val)
+                        layers[i].Q.set_values(lead.Q.val)
+                    else:  # different sparsity pattern: fit on its own
+                        fit(layers[i], [grads[i]], count=False)
+        info["shape_errors"] = errs
+        return info
+    over = [i for i, (lay, g) in enumerate(zip(layers, grads)) if estimation_error(lay.P, lay.Q, g) > lc.alpha]
+    with _fitter(lc, device_type, len(over), progress, end, "projector refit") as fit:
+        for i in over:
+            P0, Q0 = layers[i].P.clone(), layers[i].Q.clone()
+            fit(layers[i], [grads[i]])
+            st = scheduler.states[i]
+            reproject_moments(st.m, st.v, layers[i].P, P0, layers[i].Q, Q0)
+    info["refit"] = len(over)
+    return info
+
+
+@contextlib.contextmanager
+def _fitter(lc, device_type: str, n: int, progress: bool, end: Optional[float], label: str = "projector fit"):
+    """A function fitting one layer's projectors within its share of the time up to ``end`` (an even share of the
+    time left over the ``n`` modules left; default: the fit budget from now), with a progress line."""
+    from .projector import fit_projectors
+
+    budget = lc.fit_budget_for(device_type)
+    if end is None and budget > 0:
+        end = time.perf_counter() + budget
+    prog = _Progress(progress, n, 0, label, "module")
+    left = [n]
+
+    def fit(lay, gs: list, count: bool = True) -> tuple[float, float]:
+        now = time.perf_counter()
+        deadline = None if end is None else now + max(0.0, end - now) / max(1, left[0])
+        err = fit_projectors(lay.P, lay.Q, gs, lc.fit_steps, lc.fit_lr, deadline=deadline)
+        if count:
+            left[0] -= 1
+            cut = "" if end is None or time.perf_counter() < end else f" (budget of {budget:g} s reached)"
+            prog.update(note=f"error {err[0]:.3f} -> {err[1]:.3f}{cut}")
+        return err
+
+    try:
+        yield fit
+    finally:
+        prog.close()
+
+
 def remove_stale_temps(folder: str, *names: str) -> list[str]:
     """Temp files that an interrupted write of the trainer's outputs (``names``, default the checkpoint,
     metrics.csv, loss.png) left in ``folder``, removed (:func:`shared_ir.atomic.remove_stale_temps`)."""
@@ -568,39 +653,49 @@ class _ZeroOffload:
 
 class _Progress:
     """A rich progress bar on a terminal; elsewhere (a log file, CI) a line every :attr:`LOG_EVERY_S` seconds and
-    at the last step, so that a fine-tune of minutes never sits silent. Nothing when disabled."""
+    at the last item, so that a phase of minutes (training steps, calibration batches, projector fits) never sits
+    silent. Nothing when disabled."""
 
     LOG_EVERY_S = 5.0
 
-    def __init__(self, enabled: bool, total: int, done: int, label: str):
+    def __init__(self, enabled: bool, total: int, done: int, label: str, unit: str = "step"):
         import sys
 
         self.p = None
-        self.enabled, self.total, self.done, self.label = enabled, total, done, label
+        self.enabled, self.total, self.done, self.label, self.unit = enabled, total, done, label, unit
         self.t0 = self.last = time.perf_counter()
-        if enabled and sys.stderr.isatty():
+        if enabled and total > 0 and sys.stderr.isatty():
             from rich.progress import Progress
 
             self.p = Progress(transient=True)
             self.p.start()
             self.task = self.p.add_task(label, total=total, completed=done)
 
-    def update(self, loss: float) -> None:
+    def update(self, loss: Optional[float] = None, note: str = "") -> None:
         import sys
 
         self.done += 1
+        msg = ", ".join(x for x in (f"loss {loss:.4f}" if loss is not None else "", note) if x)
         if self.p is not None:
-            self.p.update(self.task, advance=1, description=f"loss {loss:.4f}")
+            self.p.update(self.task, advance=1, description=f"{self.label}: {msg}" if msg else self.label)
             return
         now = time.perf_counter()
         if self.enabled and (now - self.last >= self.LOG_EVERY_S or self.done == self.total):
-            print(f"  {self.label}: step {self.done}/{self.total}, loss {loss:.4f}, {now - self.t0:.0f} s",
-                  file=sys.stderr, flush=True)
+            print(f"  {self.label}: {self.unit} {self.done}/{self.total}{', ' + msg if msg else ''}, "
+                  f"{now - self.t0:.0f} s", file=sys.stderr, flush=True)
             self.last = now
+
+    def say(self, msg: str) -> None:
+        """One line now (when enabled)."""
+        import sys
+
+        if self.enabled:
+            print(f"  {self.label}: {msg}, {time.perf_counter() - self.t0:.0f} s", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self.p is not None:
             self.p.stop()
+            self.p = None
 
 
 def plot_losses(histories: dict[str, list[dict]], path: str) -> None:
@@ -633,4 +728,5 @@ def run(cfg: RunConfig, **kw) -> dict[str, Any]:
         tr.close()
 
 
-__all__ = ["Trainer", "run", "plot_losses", "CHECKPOINT", "linear_weight", "read_checkpoint", "remove_stale_temps"]
+__all__ = ["Trainer", "run", "calibration_grads", "fit_deadlines", "fit_layer_projectors", "plot_losses", "CHECKPOINT",
+           "linear_weight", "read_checkpoint", "remove_stale_temps"]
