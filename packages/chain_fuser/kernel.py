@@ -363,7 +363,7 @@ def _kernel_key(spec, plan: Plan, fused: bool, device=None, algorithm: str = "di
 
 
 _CODEGEN_VERSION = 20  # bump when generated code changes: stale cached kernels are then ignored
-_WINOGRAD_VERSION = 11  # the same, for the Winograd kernels alone
+_WINOGRAD_VERSION = 12  # the same, for the Winograd kernels alone
 
 
 def build_kernel(spec, plan: Plan, fused: bool = True, use_cache: bool = True,

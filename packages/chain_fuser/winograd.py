@@ -395,7 +395,10 @@ def block_tile_rows(spec: ConvChain, ks, ws: WinogradShape, level_bytes: int, co
     best, key = (0, 0), None
     for mr in range(top, max(1, ks.mr // 2) - 1, -1):
         for t in range(1, ws.th + 1):
-            if ws.th % t or (t * ws.tw) % mr:
+            # blocks of whole output rows only: with a partial last block (H not a multiple of t·m) the stages
+            # computed at the block wrote past their buffers (heap corruption at H = 7, m = 2, found by the property
+            # test); such images take the staged schedule
+            if ws.th % t or (t * ws.tw) % mr or spec.H % (t * ws.m):
                 continue
             fits = 4 * ws.a * ws.a * t * ws.tw * chans <= level_bytes // 2
             balanced = (spec.N * ws.th // t) % max(1, cores) == 0
