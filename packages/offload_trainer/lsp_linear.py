@@ -1,5 +1,5 @@
-"""The LSP linear layer: frozen weight (bf16 by default) on the compute device, and a backward that returns the
-compressed gradient Pᵀ ∇W Q (d×d) instead of ∇W.
+"""The LSP linear layer: frozen weight (the trainer's ``lsp.weight_dtype``: fp32 on a CPU, bf16 on a GPU) on the
+compute device, and a backward that returns the compressed gradient Pᵀ ∇W Q (d×d) instead of ∇W.
 
 With torch's layout y = x Wᵀ (W is out×in) the weight gradient is ∇W = dYᵀ X, so
     Pᵀ ∇W Q = (dY P)ᵀ (X Q),

@@ -226,8 +226,8 @@ class PlanParams:
     update_bytes_per_elem: int = 4
     """DRAM bytes per weight element of the LSP update W ← W − η P Δ Qᵀ: 4 for a fused in-place kernel (read and
     write bf16 W; P Δ Qᵀ formed tile by tile on chip), which is what the reference's measured 1 ms/layer for
-    llama-7B's 202 M weights at ~1 TB/s implies; 12 for this package's row-chunked version (an fp32 chunk written
-    and read back)."""
+    llama-7B's 202 M weights at ~1 TB/s implies (this package's update of fp32 weights is one in-place ``addmm_``);
+    12 for its row-chunked update of low-precision weights (an fp32 chunk written and read back)."""
     zero_sync_step: bool = True
     """ZeRO-Offload (not delayed): the next forward starts only after the whole CPU optimizer step and its uploads
     (DeepSpeed's ``engine.step()`` returns after the fp16 parameters are back; the reference's Fig. 3a). False:
