@@ -36,7 +36,8 @@ def _check_unknown(cls: type, data: Mapping[str, Any], path: str) -> None:
 
 @dataclass
 class WorkloadConfig:
-    """One workload (config group ``workload``): a zoo model by name, or a graph file."""
+    """One workload (config group ``workload``): a zoo model, a graph file, a Hugging Face model type or the
+    user's code (``source``)."""
 
     source: str = "zoo"
     """``zoo`` (a model of :mod:`shared_ir.zoo`, traced with random weights), ``file`` (a graph file), ``hf`` (a
@@ -48,7 +49,8 @@ class WorkloadConfig:
     """Batch size the model is traced at."""
     path: Optional[str] = None
     """Graph file (``source: file``): shared_ir YAML/JSON (``Graph.save``) or ONNX (``.onnx``). Relative paths are
-    taken from the working directory, then from the repository root."""
+    taken from the working directory, then from the loader's ``search_dirs`` (the experiments: the repository
+    root)."""
     kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments of ``shared_ir.zoo.graph`` (e.g. ``seq`` for transformers, ``img`` for vision models),
     or of the ``python`` target."""
@@ -64,7 +66,7 @@ class WorkloadConfig:
         p = "workload"
         if self.source not in WORKLOAD_SOURCES:
             raise ConfigFieldError(f"{p}.source", f"must be one of {list(WORKLOAD_SOURCES)}, got {self.source!r}",
-                                        self.source)
+                                   self.source)
         if isinstance(self.batch, bool) or not isinstance(self.batch, int) or self.batch < 1:
             raise ConfigFieldError(f"{p}.batch", f"must be an integer >= 1, got {self.batch!r}", self.batch)
         for k in ("kwargs", "config"):
@@ -77,20 +79,20 @@ class WorkloadConfig:
         if self.source == "python":
             if _is_missing(self.target) or ":" not in str(self.target):
                 raise ConfigFieldError(f"{p}.target", "is required for source=python as module:function "
-                                            "(e.g. workload.target=my_models:build)", self.target)
+                                       "(e.g. workload.target=my_models:build)", self.target)
             self.name = None if _is_missing(self.name) else self.name
         elif self.source in ("zoo", "hf"):
             if _is_missing(self.name) or not str(self.name).strip():
                 raise ConfigFieldError(f"{p}.name", f"is required for source={self.source} "
-                                            f"(e.g. workload.name={'resnet18' if self.source == 'zoo' else 'gpt2'})",
-                                            self.name)
+                                       f"(e.g. workload.name={'resnet18' if self.source == 'zoo' else 'gpt2'})",
+                                       self.name)
         else:
             if _is_missing(self.path) or not str(self.path).strip():
                 raise ConfigFieldError(f"{p}.path", "is required for source=file "
-                                            "(e.g. workload=file workload.path=model.onnx)", self.path)
+                                       "(e.g. workload=file workload.path=model.onnx)", self.path)
             if not str(self.path).lower().endswith(GRAPH_SUFFIXES):
                 raise ConfigFieldError(f"{p}.path", f"must end with one of {list(GRAPH_SUFFIXES)}, "
-                                            f"got {self.path!r}", self.path)
+                                       f"got {self.path!r}", self.path)
             if _is_missing(self.name):
                 self.name = None
 
@@ -98,7 +100,7 @@ class WorkloadConfig:
     def from_dict(cls, data: Mapping[str, Any] | None) -> "WorkloadConfig":
         if data is None:
             raise ConfigFieldError("workload", "is not set; pick one with workload=<name> "
-                                        "(see experiments/conf/workload/)")
+                                   "(see experiments/conf/workload/)")
         if not isinstance(data, Mapping):
             raise ConfigFieldError("workload", f"must be a mapping, got {type(data).__name__}", data)
         _check_unknown(cls, data, "workload")
@@ -132,7 +134,7 @@ def load_workload(cfg: Mapping[str, Any] | WorkloadConfig | None,
         models = getattr(zoo, "MODELS", None)
         if models is not None and wl.name not in models:
             raise ConfigFieldError("workload.name", f"unknown zoo model {wl.name!r}; expected one of "
-                                        f"{sorted(models)}", wl.name)
+                                   f"{sorted(models)}", wl.name)
         return zoo.graph(wl.name, batch=wl.batch, **wl.kwargs)
 
     if wl.source == "hf":
@@ -182,7 +184,7 @@ def _python_workload(wl: WorkloadConfig) -> "Graph":
         g = from_torch_export(out[0], out[1], name=wl.name or fn_name)
     else:
         raise ConfigFieldError("workload.target", f"{wl.target} returned {type(out).__name__}; expected a "
-                                    "shared_ir.Graph or (torch module, example inputs)", wl.target)
+                               "shared_ir.Graph or (torch module, example inputs)", wl.target)
     if wl.name:
         g.name = wl.name
     return g

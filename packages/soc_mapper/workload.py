@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Mapping, Sequence
 
 from shared_ir import Graph, Op, OpKind, TensorRole
+from shared_ir.workload import GRAPH_SUFFIXES
 
 from .errors import MapperError
 
@@ -258,19 +259,17 @@ def load_mix(mix: str, copies: int | None = None, elem_bytes: int = 1,
     return build_workload(spec, name=mix if copies is None else f"{mix}x{copies}", elem_bytes=elem_bytes)
 
 
-_GRAPH_SUFFIXES = (".yaml", ".yml", ".json", ".onnx")
+def _load_graph(cfg: object, where: str) -> Graph:
+    """A graph through shared_ir's workload loader (files, zoo, Hugging Face, the user's code); a config error at
+    the loader's ``workload.<field>`` becomes a MapperError at ``<where>.<field>``."""
+    from shared_ir.errors import ConfigFieldError
+    from shared_ir.workload import load_workload
 
-
-def _graph_file(path: str, where: str) -> Graph:
-    import os
-
-    if not os.path.isfile(path):
-        raise MapperError(where, f"no graph file {path!r}", path)
-    if path.lower().endswith(".onnx"):
-        from shared_ir.frontends import from_onnx
-
-        return from_onnx(path)
-    return Graph.load(path)
+    try:
+        return load_workload(cfg)
+    except ConfigFieldError as err:
+        field = err.path.removeprefix("workload").lstrip(".")
+        raise MapperError(f"{where}.{field}" if field else where, err.problem, err.value) from None
 
 
 def _mix_entry(e: object, where: str, copies: int | None) -> tuple[str, Graph, int]:
@@ -280,7 +279,7 @@ def _mix_entry(e: object, where: str, copies: int | None) -> tuple[str, Graph, i
     {n_layer: 2}}``: any model shared_ir imports, see :mod:`shared_ir.workload`)."""
     from shared_ir.zoo import MODELS
 
-    d = dict(e) if isinstance(e, Mapping) else ({"path": e} if str(e).lower().endswith(_GRAPH_SUFFIXES)
+    d = dict(e) if isinstance(e, Mapping) else ({"path": e} if str(e).lower().endswith(GRAPH_SUFFIXES)
                                                else {"model": e})
     unknown = sorted(set(d) - {"model", "kwargs", "copies", "path", "name", "workload"})
     if unknown or sum(k in d for k in ("model", "path", "workload")) != 1:
@@ -291,16 +290,10 @@ def _mix_entry(e: object, where: str, copies: int | None) -> tuple[str, Graph, i
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise MapperError(f"{where}.copies", f"must be an integer >= 1, got {n!r}", n)
     if "workload" in d:
-        from shared_ir.errors import ConfigFieldError
-        from shared_ir.workload import load_workload
-
-        try:
-            g = load_workload(d["workload"])
-        except ConfigFieldError as err:
-            raise MapperError(f"{where}.{err.path}", err.problem, err.value) from None
+        g = _load_graph(d["workload"], f"{where}.workload")
         return str(d.get("name") or g.name), g, n
     if "path" in d:
-        g = _graph_file(str(d["path"]), f"{where}.path")
+        g = _load_graph({"source": "file", "path": str(d["path"])}, where)
         return str(d.get("name") or g.name), g, n
     name = str(d["model"])
     if name not in MODELS:
@@ -320,7 +313,7 @@ def load_user_mix(mix: str | Sequence[object], copies: int | None = None, elem_b
     entries = [mix] if isinstance(mix, (str, Mapping)) else list(mix)
     if not entries:
         raise MapperError(where, f"needs at least one model (or a reference mix: {sorted(MIXES)})", mix)
-    if isinstance(mix, str) and not mix.lower().endswith(_GRAPH_SUFFIXES):
+    if isinstance(mix, str) and not mix.lower().endswith(GRAPH_SUFFIXES):
         from shared_ir.zoo import MODELS
 
         if mix not in MODELS:
