@@ -2,10 +2,13 @@
 ``results/bench-offload_trainer.json`` (atomic) and a readable table.
 
 Keys: grad_equivalence_max_rel_err, projection_rel_error {random, learned}, cpu_adam_speedup_vs_torch, memory_gb,
-modeled_iteration_s, calibration (modeled vs published llama-7B per-layer times), host_dispatch_ratio_lsp_vs_native
-(top-level ATen operators per trainable linear per step, LSP over native, torch.profiler on the CPU;
-host_dispatches_per_linear, host_ms_per_linear and the full record in host_dispatch), convergence (eval loss and
-wall time of full_ft, lsp, lora, galore after the same steps on SmolLM2-135M and BBC News).
+modeled_iteration_s, calibration (modeled vs published llama-7B per-layer times), time_model_max_rel_err (the
+calibrated CPU step-time model of :mod:`.timemodel` against measured steps, per case and method in time_model),
+accuracy (with ``--accuracy``: :mod:`.accuracy`'s test accuracy and time to full FT's),
+host_dispatch_ratio_lsp_vs_native (top-level ATen operators per trainable linear per step, LSP over native,
+torch.profiler on the CPU; host_dispatches_per_linear, host_ms_per_linear and the full record in host_dispatch),
+convergence (eval loss and wall time of full_ft, lsp, lora, galore after the same steps on SmolLM2-135M and BBC
+News).
 """
 from __future__ import annotations
 
@@ -288,6 +291,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     add_bench_args(ap, sorted(SCALES), "results/bench-offload_trainer.json")
     ap.add_argument("--threads", type=int, default=0, help="threads for the Adam comparison (0: torch default)")
     ap.add_argument("--skip-convergence", action="store_true", help="skip the SmolLM2 runs (fast check)")
+    ap.add_argument("--recalibrate", action="store_true", help="measure the time model's rates again")
+    ap.add_argument("--accuracy", action="store_true",
+                    help="run (or resume) the time-to-accuracy protocol of offload_trainer.accuracy (about an hour)")
+    ap.add_argument("--accuracy-out", default="results/accuracy-offload_trainer.json")
     ap.add_argument("--tune-lr", action="store_true",
                     help="first pick each method's lr from a 3-point grid (same steps for each; 3× the runs)")
     args = ap.parse_args(argv)
@@ -327,9 +334,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     res.update(host_dispatch_figures())
     for line in summary_lines(res["host_dispatch"]):
         log(f"  {line}")
+    log("time model: calibration (stored per CPU) and predicted vs measured steps ...")
+    res.update(time_model_figures(threads, args.recalibrate, log))
     if not args.skip_convergence:
         log("convergence on SmolLM2-135M / BBC News ...")
         res.update(convergence(sc, log, args.tune_lr))
+    if args.accuracy:
+        log("time to accuracy on BBC News classification (resumes from its own JSON) ...")
+        res["accuracy"] = accuracy_figures(args.accuracy_out, log)
     res["wall_s"] = time.perf_counter() - t0
     res["targets"] = _targets(res)
     write_json(args.out, res, indent=2)
@@ -350,6 +362,23 @@ def host_dispatch_figures() -> dict[str, Any]:
             "host_cpu_ms_per_linear": {k: x["host_cpu_ms_per_linear"] for k, x in v.items()}}
 
 
+def time_model_figures(threads: int, recalibrate: bool, log) -> dict[str, Any]:
+    """The calibrated CPU step-time model against the real trainer's median steps (:mod:`.timemodel`)."""
+    from .timemodel import host_rates, validate
+
+    rates = host_rates(threads, recalibrate, log)
+    res = validate(rates, log=log)
+    return {"time_model_max_rel_err": res["time_model_max_rel_err"], "time_model": res}
+
+
+def accuracy_figures(out: str, log) -> dict[str, Any]:
+    """Per method: mean and per-seed test accuracy, trainable parameters, steps and time to full FT's accuracy."""
+    from .accuracy import AccuracySetup, run
+
+    doc = run(AccuracySetup(), out, log)
+    return {k: doc[k] for k in doc if k != "runs"}
+
+
 def _targets(r: dict) -> dict[str, Any]:
     t: dict[str, Any] = {"grad_err_lt_1e-5": r["grad_equivalence_max_rel_err"] < 1e-5,
                          "cpu_adam_ge_1x": r["cpu_adam_speedup_vs_torch"] >= 1.0,
@@ -365,6 +394,12 @@ def _targets(r: dict) -> dict[str, Any]:
     if "projection_rel_error" in r and r["projection_rel_error"]:
         p = r["projection_rel_error"]
         t["learned_30pct_below_random"] = p["learned"] <= 0.7 * p["random"]
+    if "time_model_max_rel_err" in r:
+        t["time_model_le_0.25"] = r["time_model_max_rel_err"] <= 0.25
+    if "accuracy" in r:
+        a = r["accuracy"]
+        t["lsp_acc_within_1_point_of_full_ft"] = a.get("lsp_within_1_point_of_full_ft")
+        t["lsp_acc_above_lora"] = a.get("lsp_above_lora")
     if "convergence" in r:
         c = r["convergence"]
         t["lsp_within_3pct_of_full_ft"] = c["lsp_vs_full_ft"] <= 1.03
@@ -402,6 +437,15 @@ def _print_table(r: dict) -> None:
     for row in r["calibration_llama7b_per_layer"]:
         tb.add_row(f"llama-7B/layer {row['quantity']} (model vs ref)",
                    f"{row['modeled_ms']:.1f} vs {row['reference_ms']:.1f} ms", "")
+    if "time_model" in r:
+        for row in r["time_model"]["rows"]:
+            tb.add_row(f"step s {row['case']} {row['method']}", f"measured {row['measured_s']:.3f}, model "
+                       f"{row['predicted_s']:.3f} ({row['rel_err']:+.0%})", "")
+        tb.add_row("time model max rel err", f"{r['time_model_max_rel_err']:.3f}", "≤ 0.25")
+    if "accuracy" in r:
+        for m, o in r["accuracy"]["methods"].items():
+            tb.add_row(f"test acc {m}", f"{o['test_acc_mean']:.3f} (steps to full FT's {o.get('steps_to_full_ft_acc')}"
+                       f", {o['trainable_params']:,} params)", "")
     if "convergence" in r:
         c = r["convergence"]
         for m in ("full_ft", "lsp", "lora", "galore"):

@@ -12,7 +12,7 @@ from typing import Any, Mapping, Optional
 
 from .errors import ConfigError
 
-METHODS = ("full_ft", "lsp", "zero_offload", "zero_offload_delayed", "lora", "galore")
+METHODS = ("full_ft", "lsp", "zero_offload", "zero_offload_delayed", "deepspeed_zero_offload", "lora", "galore")
 WEIGHT_DTYPES = ("auto", "bfloat16", "float32", "float16")
 CPU_FIT_BUDGET_S = 30.0
 """Default wall-clock budget of one projector fit on the CPU (``lsp.fit_budget_s: null``)."""
@@ -146,7 +146,7 @@ class ModelConfig:
     vocab: int = 256
     """Vocabulary of a random-weight model when no tokenizer is given."""
     num_labels: int = 0
-    """Classes of a classification head (encoders); 0 = causal LM."""
+    """Classes of a classification head (encoders, or ``smollm2`` under a fresh head); 0 = causal LM."""
     target_modules: tuple[str, ...] = DEFAULT_TARGETS
     """Name suffixes of the linears that train (attention and MLP projections)."""
     gradient_checkpointing: bool = True
@@ -197,7 +197,10 @@ class TrainConfig:
     """The optimisation loop."""
 
     method: str = "lsp"
-    """One of :data:`METHODS`."""
+    """One of :data:`METHODS`: ``lsp`` (LSP-Offload), ``full_ft`` (torch Adam on every target weight),
+    ``deepspeed_zero_offload`` (DeepSpeed ZeRO-2 with its optimizer on the CPU: the real ZeRO-Offload),
+    ``zero_offload``/``zero_offload_delayed`` (this package's ZeRO-Offload style trainer, an ablation), ``lora``
+    (peft), ``galore`` (galore-torch)."""
     steps: int = 20
     """Optimizer steps."""
     batch: int = 4

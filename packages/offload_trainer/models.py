@@ -84,7 +84,8 @@ def build_model(cfg: ModelConfig, seed: int = 0):
                 os.environ.pop("TQDM_DISABLE", None)
             else:
                 os.environ["TQDM_DISABLE"] = old
-        return model, HFTokenizer(tok)
+        tok = HFTokenizer(tok)
+        return (_with_class_head(model, cfg.num_labels, tok.pad_token_id) if cfg.num_labels else model), tok
     if os.path.isdir(src):
         from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification, AutoTokenizer
 
@@ -120,6 +121,19 @@ def build_model(cfg: ModelConfig, seed: int = 0):
                        pad_token_id=tok.pad_token_id)
         return BertForSequenceClassification(c), tok
     raise ConfigError("model.source", f"must be llama, gpt2, bert, smollm2 or a local model folder, got {src!r}", src)
+
+
+def _with_class_head(lm, num_labels: int, pad_token_id: int):
+    """The causal LM's pretrained body under a fresh classification head (HF's ``...ForSequenceClassification``:
+    the logits of the last non-padding token), seeded by the caller's ``torch.manual_seed``."""
+    from transformers import AutoModelForSequenceClassification
+
+    cfg = lm.config
+    cfg.num_labels, cfg.pad_token_id = num_labels, pad_token_id
+    clf = AutoModelForSequenceClassification.from_config(cfg, dtype=lm.dtype)
+    base = getattr(clf, clf.base_model_prefix)
+    base.load_state_dict(getattr(lm, lm.base_model_prefix).state_dict())
+    return clf
 
 
 def is_classifier(model) -> bool:

@@ -1,6 +1,6 @@
-"""One trainer for every method — LSP-Offload and the baselines (full fine-tuning, ZeRO-Offload style with and
-without the one-step delayed update, LoRA via peft, GaLore via galore-torch) — on the same model, data, batches and
-step counts.
+"""One trainer for every method — LSP-Offload and the baselines (full fine-tuning, DeepSpeed's ZeRO-Offload, a
+ZeRO-Offload style trainer of this package with and without the one-step delayed update as an ablation, LoRA via
+peft, GaLore via galore-torch) — on the same model, data, batches and step counts.
 
 Runs write ``metrics.csv`` (one row per step) and ``loss.png`` and keep one atomic checkpoint ``checkpoint.pt``
 (written to a temporary file, then renamed). A run resumed from its checkpoint continues exactly as an
@@ -63,6 +63,7 @@ class Trainer:
         self.scheduler = None
         self.opt = None
         self._zero = None
+        self._ds = None
         self._setup()
         if cfg.model.gradient_checkpointing and hasattr(self.model, "gradient_checkpointing_enable"):
             with warnings.catch_warnings():
@@ -138,6 +139,18 @@ class Trainer:
                 self.opt = torch.optim.Adam(self.trainable, fused=True, **adam_kw)
             else:
                 self._zero = _ZeroOffload(self.trainable, tc.lr, tc.betas, tc.eps, delayed=m.endswith("delayed"))
+        elif m == "deepspeed_zero_offload":
+            from .ds_zero import DeepSpeedZeroOffload
+
+            if self.cfg.out_dir:
+                raise ConfigError("out_dir", "deepspeed_zero_offload keeps its states in DeepSpeed's engine and "
+                                             "writes no checkpoint here; run it with out_dir null", self.cfg.out_dir)
+            for _, mod in self._targets():
+                mod.weight.requires_grad_(True)
+            self.trainable = [mod.weight for _, mod in self._targets()] + head
+            self.n_trainable = sum(p.numel() for p in self.trainable)
+            self._ds = DeepSpeedZeroOffload(self.model, self.trainable, tc.batch, tc.accum, tc.lr, tc.betas, tc.eps)
+            self.model = self._ds.engine
         elif m == "lora":
             from peft import LoraConfig, get_peft_model
 
@@ -252,9 +265,14 @@ class Trainer:
             idx = batch_indices(len(data), tc.batch, self.step, k, tc.accum, tc.seed)
             if self.scheduler is not None:
                 self.scheduler.begin_step(final_micro_batch=(k == tc.accum - 1))
-            loss = self._loss(self._batch(data, idx)) / tc.accum
-            loss.backward()
-            total += loss.item()
+            loss = self._loss(self._batch(data, idx))
+            if self._ds is not None:  # DeepSpeed scales by the accumulation steps and updates at their boundary
+                self._ds.backward(loss)
+                self._ds.step()
+            else:
+                loss = loss / tc.accum
+                loss.backward()
+            total += loss.item() / (tc.accum if self._ds is not None else 1)
         if self.scheduler is not None:
             self.scheduler.end_step()
         if self.method != "lsp":
@@ -311,6 +329,9 @@ class Trainer:
         if self._zero is not None:
             self._zero.close()
             self._zero = None
+        if self._ds is not None:
+            self._ds.close()
+            self._ds = None
 
     # --- outputs ----------------------------------------------------------------------------------------------------
     def _write_metrics(self) -> None:
