@@ -290,6 +290,28 @@ def mixed3_search(budget_s: float, seed: int) -> dict:
             "compiled_fitness": fastsim.available()}
 
 
+def maestro_check(out_json: str) -> dict:
+    """The cost model against MAESTRO's outputs (:mod:`soc_mapper.maestro_check`): the max / median relative
+    errors, and the per-entry table written (atomically) to ``<out>-maestro.csv``."""
+    import csv
+    import io
+
+    from shared_ir import atomic_write_text
+
+    from .maestro_check import COLUMNS, compare, load_reference, summary
+
+    ref = load_reference()
+    rows = compare(ref)
+    buf = io.StringIO()
+    wr = csv.writer(buf)
+    wr.writerow(COLUMNS)
+    for r in rows:
+        wr.writerow([f"{r[c]:.6g}" if isinstance(r[c], float) else r[c] for c in COLUMNS])
+    path = os.path.splitext(out_json)[0] + "-maestro.csv"
+    atomic_write_text(path, buf.getvalue())
+    return {**summary(rows), "maestro_commit": ref["maestro"]["commit"], "maestro_table": path}
+
+
 def _print_headlines(out: dict) -> None:
     print(f"latency geomean: {out['geomean_latency_vs_magma']:.3f}x vs MAGMA (target 1.28), "
           f"{out['geomean_latency_vs_h2h']:.3f}x vs H2H (target 1.37), {out['geomean_latency_vs_heft']:.3f}x vs HEFT,"
@@ -304,6 +326,8 @@ def _print_headlines(out: dict) -> None:
           f"generations; converged in every case: " + ", ".join(f"{a} {v}" for a, v in out["all_converged"].items()))
     if "optimality_gap_small" in out:
         print(f"worst COMB gap to the optimum on small instances: {out['optimality_gap_small']:.2%} (target ≤ 5%)")
+    print(f"cost model vs MAESTRO ({out['maestro_entries']} layer × dataflow entries): max relative error latency "
+          f"{out['maestro_latency_max_rel_err']:.2e} (target ≤ 10%), energy {out['maestro_energy_max_rel_err']:.2e}")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -333,8 +357,8 @@ def main(argv: list[str] | None = None) -> dict:
         "comb_config": {"energy_tie": ga.energy_tie, "seeded": ga.seeded, "max_window": ga.max_window,
                         "population": ga.population},
         "magma_config": dataclasses.asdict(rc.magma), "h2h_config": dataclasses.asdict(rc.h2h),
-        "cost_model": "soc_mapper.cost (MAESTRO-style analytical, int8)", "simulator": "soc_mapper.simulator",
-        "cases": cases, **summarize(cases)}
+        "cost_model": "soc_mapper.cost (MAESTRO's analytical model for nvdla/shidiannao/eyeriss, int8)",
+        "simulator": "soc_mapper.simulator", "cases": cases, **summarize(cases), **maestro_check(args.out)}
     out["energy_breakdown_total"] = energy_totals(cases)
     out["convergence_plot"] = os.path.splitext(args.out)[0] + "-convergence.png"
     write_convergence_plot(out["convergence_plot"], cases)

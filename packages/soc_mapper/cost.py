@@ -1,32 +1,37 @@
-"""Analytical per-(layer, accelerator) cost model in the spirit of MAESTRO.
+"""Per-(layer, accelerator) cost model: MAESTRO's analytical model for the NVDLA, ShiDianNao and Eyeriss dataflows.
 
-Each dataflow style maps some loops of the layer's nest across the PE array (spatial) and runs the rest in time;
-PEs used = Π min(extent, spatial size), compute cycles = Π ceil(extent / spatial size) over spatial loops ×
-Π temporal extents (+ fill/drain of the array). Latency = max(compute time, buffer traffic / buffer bandwidth)
-(MAESTRO's roofline of compute vs the L2 port). Energy = MACs × MAC energy + bytes × buffer energy per byte,
-plus a static share of the accelerator's power while the task runs; power = energy / latency.
+``nvdla``, ``shidiannao`` and ``eyeriss`` accelerators are costed by :mod:`soc_mapper.maestro_model`, a port of
+MAESTRO's cost analysis (``maestro-project/maestro``) run on the dataflow of that style (KC-P weight stationary,
+YX-P output stationary, row stationary; see :func:`soc_mapper.maestro_model.dataflow`) with the accelerator's PE
+array, its global buffer's bandwidth as the NoC and off-chip bandwidth: cycles come from MAESTRO's iteration
+cases (max of NoC ingress/egress and compute per case, the top level bounded by the off-chip refill of its tile),
+energy = MACs × MAC energy + L1 accesses × the PE buffer's energy per byte + L2 accesses × the global buffer's
+(int8: one byte per access). ``soc_mapper/data/maestro_reference.json`` holds MAESTRO's own outputs on zoo layers
+and ``tests/test_soc_mapper/test_maestro_reference.py`` checks this model against them.
+
+Other dataflows keep a closed form (no MAESTRO mapping of a systolic array is checked against the tool):
+- ``tpu``: GEMM M across PE rows and N across 128-wide columns, K streamed through the systolic array;
+  convs lowered to GEMM (M = B·P·Q, N = K, K = C·R·S); cycles = max(compute, buffer traffic / bandwidth);
+- any other style: ideal parallelism over the non-reduction points (an upper bound on speed).
+:func:`compute_cycles` also gives the PEs a layer occupies on every style (the spatial footprint of its mapping,
+which spatial sharing of an accelerator budgets): NVDLA K across clusters × C across 64 PEs, ShiDianNao output
+rows × columns, Eyeriss filter rows × output rows per set × sets over K.
+Power = static share of the accelerator's power + dynamic energy / latency.
 
 Why not fusion_perf: it models one accelerator's memory hierarchy for fused chains of operators (a
-Timeloop/TileFlow-style tile search) and is written concurrently; the mapper needs thousands of single-layer
-estimates per SoC for four fixed dataflows, each in microseconds, and the reference used MAESTRO's fixed
-dataflows, not searched mappings. So this is a closed-form model over the same ``shared_ir`` loop nests.
-
-Dataflows (canonical conv dims B G K C P Q R S; GEMM dims B M N K):
-- ``nvdla``: K across PE clusters, C across the 64 PEs of a cluster (weight stationary, NVDLA's conv core);
-- ``shidiannao``: output rows P and columns Q across the PE grid (output stationary; good for depthwise);
-- ``tpu``: GEMM M across PE rows and N across 128-wide columns, K streamed through the systolic array;
-  convs lowered to GEMM (M = B·P·Q, N = K, K = C·R·S);
-- ``eyeriss``: row stationary, filter rows R × output rows P form a PE set, sets replicated over K;
-- any other style: ideal parallelism over the non-reduction points (an upper bound on speed).
-Linear/matmul layers on conv-style dataflows run as 1×1 convs (K = N, C = K, P = M).
+Timeloop/TileFlow-style tile search); the mapper needs thousands of single-layer estimates per SoC for fixed
+dataflows, and the reference used MAESTRO's fixed dataflows, not searched mappings. Costs are cached per
+(layer shape, accelerator).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
+from . import maestro_model
 from .errors import UnsupportedLayerError
 from .soc import Accelerator, SoC
 from .workload import Layer, Workload
@@ -55,7 +60,8 @@ def _gemm_form(l: Layer) -> tuple[int, int, int, int]:
 
 
 def compute_cycles(l: Layer, a: Accelerator) -> tuple[float, int]:
-    """(cycles, PEs used) of a layer on one accelerator's dataflow."""
+    """(closed-form compute cycles, PEs occupied) of a layer on one accelerator's dataflow (the latency of
+    ``tpu`` and unknown styles; MAESTRO's styles take only the PEs from here)."""
     rows, cols, npe = a.pe_rows, a.pe_cols, a.num_pes
     df = a.dataflow
     if df == "nvdla":
@@ -124,6 +130,38 @@ class CostTable:
         return self.latency.min(axis=1)
 
 
+class ModelCost(NamedTuple):
+    """One layer on one accelerator, before power is derived."""
+
+    latency_s: float
+    pes: int
+    """PEs occupied (:func:`compute_cycles`)."""
+    mac_pj: float
+    """Dynamic energy of the MACs, pJ."""
+    buffer_pj: float
+    """Dynamic energy of the buffer accesses (L1 and L2 for MAESTRO's styles), pJ."""
+
+
+def maestro_cost(l: Layer, a: Accelerator, pinned: bool = False) -> maestro_model.MaestroCost:
+    """MAESTRO's cycles and accesses of ``l`` under ``a``'s dataflow (cached per shape and hardware)."""
+    hw = maestro_model.hw_of(a)
+    return maestro_model.style_cost(maestro_model.problem_of(l), a.dataflow, hw["rows"], hw["cols"],
+                                    hw["num_pes"], hw["noc_bw"], hw["offchip_bw"], pinned)
+
+
+def layer_model(l: Layer, a: Accelerator, pinned: bool = False) -> ModelCost:
+    """Latency, PEs and dynamic energy of one layer: MAESTRO's model for its styles, else the closed form
+    (latency = max(compute, buffer traffic / buffer bandwidth)). ``pinned``: weights already in the buffer."""
+    cycles, pes = compute_cycles(l, a)
+    if a.dataflow in maestro_model.STYLES:
+        r = maestro_cost(l, a, pinned)
+        buf = r.l1_accesses * a.l1_energy_pj_per_byte + r.l2_accesses * a.buffer_energy_pj_per_byte
+        return ModelCost(r.cycles / a.frequency_hz, pes, r.macs * a.mac_energy_pj, buf)
+    nbytes = l.in_bytes + l.out_bytes + (0 if pinned else l.weight_bytes)
+    lat = max(cycles / a.frequency_hz, nbytes / a.buffer_bandwidth_bytes_per_s)
+    return ModelCost(lat, pes, l.macs * a.mac_energy_pj, nbytes * a.buffer_energy_pj_per_byte)
+
+
 def layer_cost(l: Layer, a: Accelerator, pinned: bool = False) -> tuple[float, int, float]:
     """(latency s, PEs used, power W) of one layer on one accelerator."""
     return layer_cost_parts(l, a, pinned)[:3]
@@ -131,15 +169,11 @@ def layer_cost(l: Layer, a: Accelerator, pinned: bool = False) -> tuple[float, i
 
 def layer_cost_parts(l: Layer, a: Accelerator, pinned: bool = False) -> tuple[float, int, float, float, float]:
     """(latency s, PEs used, power W, static power W, MAC share of the dynamic power) of one layer."""
-    cycles, pes = compute_cycles(l, a)
-    t_comp = cycles / a.frequency_hz
-    nbytes = l.in_bytes + l.out_bytes + (0 if pinned else l.weight_bytes)
-    t_mem = nbytes / a.buffer_bandwidth_bytes_per_s
-    lat = max(t_comp, t_mem)
+    lat, pes, mac_pj, buf_pj = layer_model(l, a, pinned)
     static = STATIC_POWER_FRACTION * a.power_w
     if a.mac_energy_pj > 0:
-        mac_j = l.macs * a.mac_energy_pj * 1e-12
-        dyn_j = mac_j + nbytes * a.buffer_energy_pj_per_byte * 1e-12
+        mac_j = mac_pj * 1e-12
+        dyn_j = mac_j + buf_pj * 1e-12
         power = static + dyn_j / lat
         share = mac_j / dyn_j if dyn_j > 0 else 1.0
     else:  # power-only description: scale the dynamic part with the share of PEs used
@@ -160,7 +194,7 @@ def cost_table(w: Workload, soc: SoC) -> CostTable:
     msh = np.zeros((L, A))
     cache: dict[tuple, tuple] = {}
     for i, l in enumerate(w.layers):
-        key0 = (l.op_kind, tuple(sorted(l.dims.items())), l.in_bytes, l.weight_bytes, l.out_bytes)
+        key0 = (l.op_kind, tuple(sorted(l.dims.items())), l.stride, l.in_bytes, l.weight_bytes, l.out_bytes)
         for j, a in enumerate(soc.accs):
             if not supports(l, a):
                 continue

@@ -43,6 +43,10 @@ class Accelerator:
     """Bandwidth of that buffer, bytes/s (the memory-bound term of the cost model)."""
     buffer_energy_pj_per_byte: float
     """Energy of one byte read from that buffer, pJ."""
+    l1_bytes: int = 0
+    """Capacity of one PE's local buffer (the next memory level; 0: none described), bytes."""
+    l1_energy_pj_per_byte: float = 0.0
+    """Energy of one byte of a PE's local buffer, pJ (the MAESTRO model's L1 reads and writes alike)."""
 
 
 @dataclass
@@ -125,12 +129,15 @@ def soc_from_system(system: Any, nn_bandwidth: float | None = None) -> SoC:
     accs = []
     for d in devs:
         c, m0 = d.compute, d.memory[0]
+        m1 = d.memory[1] if len(d.memory) > 1 else None
         accs.append(Accelerator(
             name=d.name, dataflow=c.dataflow, pe_rows=c.pe_rows, pe_cols=c.pe_cols, num_pes=c.num_pes,
             frequency_hz=c.frequency_hz, streams=c.streams, power_w=c.power_w, mac_energy_pj=c.mac_energy_pj,
             op_kinds=tuple(c.op_kinds), position=d.mesh_position, buffer_bytes=m0.total_capacity_bytes,
             buffer_bandwidth_bytes_per_s=m0.total_read_bandwidth_bytes_per_s,
-            buffer_energy_pj_per_byte=m0.read_energy_pj_per_byte()))
+            buffer_energy_pj_per_byte=m0.read_energy_pj_per_byte(),
+            l1_bytes=m1.capacity_bytes if m1 is not None else 0,
+            l1_energy_pj_per_byte=m1.read_energy_pj_per_byte() if m1 is not None else 0.0))
     nn = system.topology.nn_bandwidth_bytes_per_s if system.topology is not None else float(
         np.max(bw[~np.eye(n, dtype=bool)]) if n > 1 else bw[0, 0])
     return SoC(system.name, accs, bw, nn)

@@ -49,6 +49,8 @@ class Layer:
     """Weight bytes (int8)."""
     out_bytes: int
     """Output bytes (int8)."""
+    stride: tuple[int, int] = (1, 1)
+    """Conv (row, column) stride; (1, 1) for GEMMs (the MAESTRO cost model reads it)."""
 
     @property
     def is_depthwise(self) -> bool:
@@ -108,6 +110,11 @@ def _canonical_dims(op: Op) -> dict[str, int]:
     return {"B": batch, "M": e.get("m", 1), "N": e["n"], "K": e["k"]}
 
 
+def _stride(op: Op) -> tuple[int, int]:
+    st = op.attr("stride", 1) if op.kind == OpKind.conv2d else 1
+    return (int(st), int(st)) if isinstance(st, int) else (int(st[0]), int(st[1]))
+
+
 def layers_of_graph(g: Graph, elem_bytes: int = 1) -> tuple[list[Layer], dict[tuple[int, int], int]]:
     """The compute layers of one graph (topological order) and the contracted edges with their bytes."""
     order = g.topological_ops()
@@ -123,7 +130,7 @@ def layers_of_graph(g: Graph, elem_bytes: int = 1) -> tuple[list[Layer], dict[tu
         idx[op.name] = len(layers)
         layers.append(Layer(op.name, g.name, op.kind.value, _canonical_dims(op), op.macs,
                             sum(t.numel for t in acts) * elem_bytes, sum(t.numel for t in wts) * elem_bytes,
-                            sum(a.tensor.numel for a in op.outputs) * elem_bytes))
+                            sum(a.tensor.numel for a in op.outputs) * elem_bytes, _stride(op)))
     # compute sources of each tensor, looking through non-compute ops (memoised)
     memo: dict[str, frozenset[int]] = {}
 
@@ -200,7 +207,7 @@ def build_workload(models: Sequence[tuple[str, Graph, int]], name: str = "worklo
             off = len(layers)
             for l in ls:
                 layers.append(Layer(f"{prefix}/{l.name}", prefix, l.op_kind, dict(l.dims), l.macs, l.in_bytes,
-                                    l.weight_bytes, l.out_bytes))
+                                    l.weight_bytes, l.out_bytes, l.stride))
             for (u, v), b in es.items():
                 edges[(u + off, v + off)] = b
     n = len(layers)

@@ -44,8 +44,10 @@ def test_dataflow_models_follow_their_spatial_mappings():
     assert dw.is_depthwise
     # depthwise: ShiDianNao (pixels in parallel) beats NVDLA (one channel per cluster)
     assert layer_cost(dw, sd)[0] < layer_cost(dw, nv)[0]
-    # a dense conv is faster on NVDLA than on ShiDianNao
-    assert layer_cost(l, nv)[0] < layer_cost(l, sd)[0]
+    # a dense conv is faster on NVDLA than on ShiDianNao once its weights are resident; streamed, MAESTRO's
+    # off-chip bound (the weight tile refilled at every top-level step) dominates NVDLA's weight-stationary steps
+    assert layer_cost(l, nv, pinned=True)[0] < layer_cost(l, sd)[0]
+    assert layer_cost(l, nv)[0] > 10 * layer_cost(l, nv, pinned=True)[0]
     eye = soc_from_system(soc_dict([device("e", "eyeriss", (0, 0))])).accs[0]
     cyc_e, pes_e = compute_cycles(l, eye)
     assert 0 < pes_e <= eye.num_pes and cyc_e * pes_e >= l.macs
