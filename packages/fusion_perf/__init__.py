@@ -5,7 +5,8 @@
     best = search_template(problem, "edge_accel", "tileflow")
 
 The buffer semantics that make the counts exact are documented in :mod:`fusion_perf.model`; the reference's rules
-(Timeloop v0.2 / TileFlow), which TileFlow files get, in :mod:`fusion_perf.semantics`.
+(Timeloop v0.2 / TileFlow), which TileFlow files get, in :mod:`fusion_perf.semantics`; TileFlow's own
+call-by-call analysis (``semantics: tileflow``) in :mod:`fusion_perf.nest`.
 """
 from .arch import Arch, Level, load_arch
 from .energy import EnergyTable, load_table
@@ -25,7 +26,7 @@ from .model import BatchResult, Compiled, compile_tree, evaluate, tree_factors
 from .problem import Problem, attention, conv_chain, gemm_chain
 from .result import LevelStats, Result
 from .search import TEMPLATES, FactorSpace, SearchResult, explore, search, search_template, template
-from .semantics import PROJECT, REFERENCE, Semantics
+from .semantics import PROJECT, REFERENCE, TILEFLOW, TILEFLOW_4200E63, Semantics
 
 
 def evaluate_batch(problem: Problem, arch, tree, X) -> BatchResult:
@@ -40,4 +41,5 @@ __all__ = ["Arch", "Level", "load_arch", "ArchError", "CapacityError", "ConfigEr
            "Scope", "T", "Tile", "dump_mapping", "free_variables", "load_mapping", "substitute", "BatchResult",
            "Compiled", "compile_tree", "evaluate", "evaluate_batch", "tree_factors", "Problem", "attention",
            "conv_chain", "gemm_chain", "LevelStats", "Result", "TEMPLATES", "FactorSpace", "SearchResult", "explore",
-           "search", "search_template", "template", "Semantics", "REFERENCE", "PROJECT", "EnergyTable", "load_table"]
+           "search", "search_template", "template", "Semantics", "REFERENCE", "PROJECT", "TILEFLOW", "TILEFLOW_4200E63",
+           "EnergyTable", "load_table"]

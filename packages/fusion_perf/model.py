@@ -60,6 +60,9 @@ Everything above holds, with these changes, and a single-op tree then gives Time
 * Energy per vector access: per level, tensor and action (read, fill, update), ``ceil(words per instance / block
   size)`` × the action's pJ × instances; accesses charged to a ``profile: False`` node count no energy.
 * No pipeline fill/drain term.
+
+Under ``nest_calls`` (``semantics: tileflow``) none of the closed form above counts: :mod:`fusion_perf.nest` runs
+TileFlow's own call-by-call analysis per factor vector (the structural checks still apply).
 """
 from __future__ import annotations
 
@@ -468,12 +471,37 @@ class Compiled:
         need = self._capacity(box, mx, batched, check, feas)
         self._check_fanout(F, batched, check, feas)
         self._check_concurrent(F, mx, batched, check, feas)
+        if self.arch.semantics.nest_calls:
+            return self._nest(F, feas, need, spre, batched)
         total, cyc, comp, slow, fill_drain = self._cycles(F, mx, tpre, nacc)
         energy = self._energy(reads, fills, upd)
         if batched:
             return BatchResult(np.where(feas, total, np.inf), np.where(feas, energy, np.inf), feas)
         self._last_cycles = (cyc, comp)
         return self._result(F, reads, fills, upd, total, energy, slow, need, fill_drain, spre)
+
+    def _nest(self, F: list, feas, need: dict, spre: dict, batched: bool):
+        """TileFlow's own analysis (``nest_calls``, :mod:`fusion_perf.nest`) of each feasible factor vector; the
+        checks above still apply."""
+        from .nest import NestAnalysis
+
+        if batched:
+            cyc, en = np.full(len(feas), np.inf), np.full(len(feas), np.inf)
+            for b in np.flatnonzero(feas):
+                na = NestAnalysis(self, [int(f[b]) for f in F])
+                cyc[b] = na.run()
+                en[b] = na.energy
+            return BatchResult(cyc, en, feas)
+        na = NestAnalysis(self, F)
+        total = na.run()
+        tabs = [[{} for _ in self.arch.levels] for _ in range(3)]
+        for (name, t), c in na.counts.items():
+            lv = self.arch.index(name)
+            for tab, k in zip(tabs, ("reads", "fills", "updates")):
+                tab[lv][t] = c[k]
+        slow = {(ROOT, self.arch.index(name)): v for name, v in na.slow.items()}
+        self._last_cycles = tuple({n.id: na.node_cycles.get(n.id, (0, 0))[k] for n in self.nodes} for k in (1, 0))
+        return self._result(F, *tabs, total, na.energy, slow, need, 0.0, spre)
 
     def _factor_columns(self, x: Sequence[int] | np.ndarray, batched: bool) -> tuple[list, Any]:
         """``x`` as one entry per loop (an int, or batched a view of the loop's int64 column) and the feasibility

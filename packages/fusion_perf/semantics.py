@@ -1,8 +1,10 @@
 """The counting and timing rules the model applies: the reference's (Timeloop v0.2 / TileFlow) or this package's.
 
-Two rule sets, chosen per architecture (:attr:`fusion_perf.arch.Arch.semantics`): an architecture read from
+Rule sets, chosen per architecture (:attr:`fusion_perf.arch.Arch.semantics`): an architecture read from
 TileFlow / Timeloop files gets :data:`REFERENCE`, one built from a ``shared_ir`` preset or device gets
-:data:`PROJECT`. ``arch.with_semantics("project")`` (or a :class:`Semantics`) switches any architecture.
+:data:`PROJECT`. ``arch.with_semantics("project")`` (or a :class:`Semantics`, or ``semantics:`` in a file)
+switches any architecture. The reference family has two more members, TileFlow's own analysis:
+:data:`TILEFLOW` (``tileflow``) and :data:`TILEFLOW_4200E63` (``tileflow-4200e63``).
 
 =========================  ===========================================  ==========================================
 rule                       REFERENCE (Timeloop v0.2 / TileFlow)         PROJECT (this package's exact model)
@@ -30,6 +32,15 @@ energy                     per vector access: ``ceil(words per          per word
 (``vector_energy``)        instance / block size)`` × energy × instances
 =========================  ===========================================  ==========================================
 
+TileFlow's own analysis (``nest_calls``; :mod:`fusion_perf.nest`, whose docstring lists its rules) replaces the
+closed form by a port of TileFlow's call-by-call evaluation: counts per instance summed over its calls, inner
+tiles restarting at every call of their parent, fills spread over the level's whole fan-out and truncated per
+call, one bandwidth bound per call. It gives TileFlow's printed cycles and energy on every validation point (the
+single GEMMs too, where TileFlow's energy is up to 13% above Timeloop's) and on its ``tests/cases`` result CSVs
+with ``early_tileflow`` (the commit that wrote them, 4200e63: a scope as the top of an intermediate's chain, no
+bypass or profile flags in that pass, and its projection bug; see :mod:`fusion_perf.nest`). It is evaluated per
+factor vector (no closed form, about 0.03–0.5 s each), so searches under it are slow.
+
 On a single-op tree the reference rules give Timeloop's counts, cycles and energy (TileFlow prints the same
 cycles there); on fused trees TileFlow's cycles, within a cycle or two: each tile node's bandwidth bound holds
 over its whole run, where TileFlow bounds each of its calls (the first iteration of each loop and the rest)
@@ -41,7 +52,7 @@ multicast of identical deltas and spatial reduction of identical drains among si
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .errors import ArchError
@@ -59,17 +70,25 @@ class Semantics:
     ceil_cycles: bool
     pipeline_fill_drain: bool
     vector_energy: bool
+    nest_calls: bool = False
+    """TileFlow's own call-by-call analysis (:mod:`fusion_perf.nest`) instead of the closed form."""
+    early_tileflow: bool = False
+    """With ``nest_calls``: TileFlow as of commit 4200e63, which wrote its ``tests/cases`` result CSVs."""
 
 
 REFERENCE = Semantics("reference", psum_round_trip=True, drain_reads=False, charge_holder=True, nested_slots=True,
                       ceil_cycles=True, pipeline_fill_drain=False, vector_energy=True)
 PROJECT = Semantics("project", psum_round_trip=False, drain_reads=True, charge_holder=False, nested_slots=False,
                     ceil_cycles=False, pipeline_fill_drain=True, vector_energy=False)
-NAMED = {"reference": REFERENCE, "timeloop": REFERENCE, "tileflow": REFERENCE, "project": PROJECT}
+TILEFLOW = replace(REFERENCE, name="tileflow", nest_calls=True)
+TILEFLOW_4200E63 = replace(TILEFLOW, name="tileflow-4200e63", early_tileflow=True)
+NAMED = {"reference": REFERENCE, "timeloop": REFERENCE, "tileflow": TILEFLOW, "tileflow-4200e63": TILEFLOW_4200E63,
+         "project": PROJECT}
 
 
 def as_semantics(value: Any, where: str = "semantics") -> Semantics:
-    """A :class:`Semantics` from itself, a name (``reference``/``timeloop``/``tileflow``, ``project``) or a mapping
+    """A :class:`Semantics` from itself, a name (``reference``/``timeloop``, ``tileflow``, ``tileflow-4200e63``,
+    ``project``) or a mapping
     of flags over ``base`` (a name, default ``reference``)."""
     if isinstance(value, Semantics):
         return value
@@ -91,4 +110,4 @@ def as_semantics(value: Any, where: str = "semantics") -> Semantics:
                     value)
 
 
-__all__ = ["Semantics", "REFERENCE", "PROJECT", "as_semantics"]
+__all__ = ["Semantics", "REFERENCE", "PROJECT", "TILEFLOW", "TILEFLOW_4200E63", "as_semantics"]

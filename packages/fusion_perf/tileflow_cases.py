@@ -2,9 +2,12 @@
 printed ``result/<name>.mapping.txt``) put in place of the mapping's ``X``, evaluated, and compared metric by
 metric with the case's ``result/<name>.csv`` (``Cycle``, ``Energy``, ``<level>::Read|Fill|Update[::tensor]``).
 
-``python -m fusion_perf.tileflow_cases [CASE_DIR ...]`` prints one line per case and mapping; :func:`replay_all`
-returns the rows (the bench key ``tileflow_result_csvs``). The cases that ship with the package are in
-``examples/tileflow_cases/`` (copied from ``pku-liang/TileFlow`` ``tests/cases/``).
+The cases are evaluated under TileFlow's own analysis as of the commit that wrote their CSVs (``semantics:
+tileflow-4200e63``, :mod:`fusion_perf.semantics`, :mod:`fusion_perf.nest`); ``--semantics tileflow`` gives what
+the released TileFlow prints on them instead. ``python -m fusion_perf.tileflow_cases [CASE_DIR ...]`` prints one
+row per case and mapping; :func:`replay_all` returns the rows (the bench key ``tileflow_result_csvs``). The cases
+that ship with the package are in ``examples/tileflow_cases/`` (copied from ``pku-liang/TileFlow``
+``tests/cases/``, the only case there with result CSVs).
 """
 from __future__ import annotations
 
@@ -21,6 +24,8 @@ from .tileflow_io import parse_arch, parse_mapping, parse_problem, yaml_load
 CASES = Path(__file__).resolve().parent / "examples" / "tileflow_cases"
 _LOOP = re.compile(r"^\s*for (\w+) in \[0:(?:X\d*\((\d+)\)|(\d+))\)( \(Spatial-[XY]\))?, (\w+)\s*$")
 _COUNTS = ("Read", "Fill", "Update")
+# TileFlow commit 4200e63 (2023-04-23) wrote the cases' result CSVs; its analysis differs from the released one
+CASE_SEMANTICS = "tileflow-4200e63"
 
 
 def printed_tiles(text: str, where: str) -> list[dict[str, int]]:
@@ -93,7 +98,7 @@ def _arch_file(case: Path) -> Path:
     raise InputFormatError(str(case), "no architecture file in the case")
 
 
-def replay(case: Path, name: str):
+def replay(case: Path, name: str, semantics: str = CASE_SEMANTICS):
     """(our metrics, the reference's) of mapping ``name`` of a case directory."""
     from .model import evaluate
 
@@ -105,7 +110,7 @@ def replay(case: Path, name: str):
     printed = case / "result" / f"{name}.mapping.txt"
     tiles = printed_tiles(printed.read_text(encoding="utf-8"), str(printed))
     mapping = fill_factors(doc["mapping"], tiles, f"{src}: mapping")
-    arch = parse_arch(arch_doc["architecture"], f"{arch_path}: architecture")
+    arch = parse_arch(arch_doc["architecture"], f"{arch_path}: architecture", semantics=semantics)
     prob = parse_problem(doc["problem"], macros, f"{src}: problem")
     r = evaluate(prob, arch, parse_mapping(mapping, macros, f"{src}: mapping"))
     ours = {k: float(v) for k, v in r.metrics()}
@@ -115,16 +120,17 @@ def replay(case: Path, name: str):
     return ours, reference_metrics(case / "result" / f"{name}.csv")
 
 
-def compare_case(case: Path, name: str) -> dict[str, Any]:
+def compare_case(case: Path, name: str, semantics: str = CASE_SEMANTICS) -> dict[str, Any]:
     """Cycles and energy side by side, and every per-level, per-tensor count the reference CSV gives."""
-    ours, ref = replay(case, name)
+    ours, ref = replay(case, name, semantics)
     keys = [k for k in ref if k.count("::") == 2 and k.split("::")[1] in _COUNTS]
     wrong = {k: (ours.get(k, 0.0), ref[k]) for k in keys if not _close(ours.get(k, 0.0), ref[k])}
-    return {"case": case.name, "mapping": name, "cycles": ours["Cycle"], "tileflow_cycles": ref["Cycle"],
-            "cycles_equal": ours["Cycle"] == ref["Cycle"], "energy_pj": ours["Energy"],
+    return {"case": case.name, "mapping": name, "semantics": semantics, "cycles": ours["Cycle"],
+            "tileflow_cycles": ref["Cycle"], "cycles_equal": ours["Cycle"] == ref["Cycle"], "energy_pj": ours["Energy"],
             "tileflow_energy": ref["Energy"],
             "energy_rel_err": abs(ours["Energy"] / ref["Energy"] - 1) if ref["Energy"] else None,
-            "counts": len(keys), "counts_equal": len(keys) - len(wrong), "counts_wrong": dict(list(wrong.items())[:12])}
+            "counts": len(keys), "counts_equal": len(keys) - len(wrong), "counts_wrong": dict(list(wrong.items())[:12]),
+            "slowdowns": {k.split("::")[0]: [ours.get(k), ref[k]] for k in ref if k.endswith("::SlowDown")}}
 
 
 def _close(a: float, b: float) -> bool:
@@ -132,11 +138,11 @@ def _close(a: float, b: float) -> bool:
     return a == b or abs(a - b) <= 5e-6 * max(abs(a), abs(b))
 
 
-def replay_all(cases: list[Path] | None = None) -> list[dict[str, Any]]:
+def replay_all(cases: list[Path] | None = None, semantics: str = CASE_SEMANTICS) -> list[dict[str, Any]]:
     rows = []
     for case in cases or sorted(p for p in CASES.iterdir() if (p / "result").is_dir()):
         for csv_path in sorted((case / "result").glob("*.csv")):
-            rows.append(compare_case(case, csv_path.stem))
+            rows.append(compare_case(case, csv_path.stem, semantics))
     return rows
 
 
@@ -146,9 +152,10 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m fusion_perf.tileflow_cases", description=__doc__.split("\n")[0])
     ap.add_argument("cases", nargs="*", help=f"case directories with result/*.csv (default those in {CASES})")
+    ap.add_argument("--semantics", default=CASE_SEMANTICS, help=f"rule set (default {CASE_SEMANTICS})")
     a = ap.parse_args(argv)
     try:
-        rows = replay_all([Path(c) for c in a.cases] or None)
+        rows = replay_all([Path(c) for c in a.cases] or None, a.semantics)
     except InputFormatError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -3,7 +3,8 @@
 number of YAML files in any order. YAML booleans are YAML 1.2's (``true``/``false``): a macro ``NO`` stays a
 name, as TileFlow's parser reads it.
 
-Supported: storage ``local`` components as Timeloop reads them (``name[0..N-1]``, ``meshX``/``meshY``, ``entries``,
+Supported: storage ``local`` components as Timeloop reads them (``name[0..N-1]``, times an enclosing subtree's
+range; ``meshX``/``meshY``, the component's own, the rest of its instances along y; ``entries``,
 ``depth`` × ``block-size`` (``block_size``, ``n_words``, or ``width`` / word bits) or ``sizeKB``,
 ``multiple-buffering``, ``word-bits``, ``read_bandwidth``/``write_bandwidth``/``shared_bandwidth`` in words/cycle and
 the deprecated ``bandwidth`` (half read, half write), ``technology: DRAM`` or a class naming DRAM for an unbounded
@@ -20,7 +21,9 @@ for the accesses charged to the node); ``check: {mem: False}``; ``output: PATH``
 Energies: the reference's (Timeloop's built-in PAT model, :mod:`fusion_perf.energy`) unless an ``ERT`` (Accelergy's
 energy reference table, as Timeloop and TileFlow accept it) or an ``energy_table`` section (a mapping or a file
 name; ``technology: project-16nm`` gives this package's earlier per-class estimates) is given. Rules: the
-reference's (:mod:`fusion_perf.semantics`) unless a ``semantics`` section names others (``project``, or flags).
+reference's (:mod:`fusion_perf.semantics`) unless a ``semantics`` section names others (``project``, ``tileflow``,
+``tileflow-4200e63``, or flags). The data spaces' order of declaration is kept per op (``Op.attr("data_spaces")``),
+which TileFlow's order of tensors follows.
 
 Not supported (rejected with an error naming the file and field): architecture versions other than 0.2,
 residual factors (``M=4,3``), non-identity ``binding``, ``multicast: false``, a compute component other than
@@ -222,7 +225,7 @@ def parse_arch(d: Any, where: str = "architecture", energy: Any = None, semantic
     levels: list[Level] = []
     compute: list[tuple[int, float, tuple[int, int]]] = []
 
-    def comp_(c: Any, path: str, outer: int, outer_x: int):
+    def comp_(c: Any, path: str, outer: int):
         # v0.2 semantics: a range on an enclosing subtree replicates everything inside it
         if not isinstance(c, Mapping):
             raise InputFormatError(path, f"a component must be a mapping, got {c!r}")
@@ -230,9 +233,11 @@ def parse_arch(d: Any, where: str = "architecture", energy: Any = None, semantic
         at = _map(c.get("attributes"), f"{path}.attributes")
         own = _replicas(str(c.get("name", "")), f"{path}.name")[1]
         n = outer * own
+        # the mesh as Timeloop's BufferLevel::ParseSpecs sets it: the component's own meshX (or all instances along
+        # x), y the rest; an enclosing subtree's meshX only multiplies the instances
         mx, my = at.get("meshX"), at.get("meshY")
-        mx = outer_x * (_count(mx, f"{path}.attributes.meshX") if mx is not None
-                        else (own if my is None else max(1, own // _count(my, f"{path}.attributes.meshY"))))
+        mx = (_count(mx, f"{path}.attributes.meshX") if mx is not None
+              else (n if my is None else max(1, n // _count(my, f"{path}.attributes.meshY"))))
         my = max(1, n // mx) if n % mx == 0 else 1
         if mx * my != n:
             mx, my = n, 1
@@ -247,19 +252,18 @@ def parse_arch(d: Any, where: str = "architecture", energy: Any = None, semantic
             raise InputFormatError(f"{path}", "a storage level below the compute unit is not supported")
         levels.append(_storage(c, cls, at, path, n, (mx, my), table))
 
-    def rec(node: Any, path: str, outer: int, outer_x: int):
+    def rec(node: Any, path: str, outer: int):
         if not isinstance(node, Mapping):
             raise InputFormatError(path, "an architecture node must be a mapping")
         if _RANGE.match(str(node.get("name", ""))):
             k = _replicas(str(node.get("name", "")), f"{path}.name")[1]
-            at = _map(node.get("attributes"), f"{path}.attributes")
-            outer, outer_x = outer * k, outer_x * _count(at.get("meshX", k), f"{path}.attributes.meshX")
+            outer = outer * k
         for i, c in enumerate(_list(node.get("local"), f"{path}.local")):
-            comp_(c, f"{path}.local[{i}]", outer, outer_x)
+            comp_(c, f"{path}.local[{i}]", outer)
         for i, s in enumerate(_list(node.get("subtree"), f"{path}.subtree")):
-            rec(s, f"{path}.subtree[{i}]", outer, outer_x)
+            rec(s, f"{path}.subtree[{i}]", outer)
 
-    rec(d, where, 1, 1)
+    rec(d, where, 1)
     if not levels:
         raise InputFormatError(where, "no storage level found")
     if not compute:
@@ -409,7 +413,7 @@ def _make_op(parsed: tuple, ext: Mapping[str, int], shapes: Mapping[str, list], 
     try:
         return Op(name, kind, tuple(Dim(dd, ext[dd], dd not in outdims) for dd in dims),
                   tuple(Access(tensor(t), tuple(accs[t][0])) for t in oin),
-                  (Access(tensor(out), tuple(accs[out][0])),), {"padded": True})
+                  (Access(tensor(out), tuple(accs[out][0])),), {"padded": True, "data_spaces": tuple(accs)})
     except Exception as e:  # shared_ir validation
         raise InputFormatError(f"{where}.ops({name})", str(e)) from None
 

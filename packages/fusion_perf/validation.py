@@ -2,7 +2,8 @@
 
 TileFlow's ``AE/validation`` inputs (``examples/validation/timeloop`` — one GEMM on a 16x16 systolic array — and
 ``examples/validation/accelerator`` — fused GEMM→GEMM), one evaluation per CSV row with the row's macros, under
-the reference semantics (:mod:`fusion_perf.semantics`). ``python -m fusion_perf.validation [--timeloop CSV]
+the reference semantics (:mod:`fusion_perf.semantics`), and again under TileFlow's own (``tileflow``) against
+the cycles and energy TileFlow printed (``tileflow_rules_*``). ``python -m fusion_perf.validation [--timeloop CSV]
 [--tileflow CSV]`` prints the summary; :func:`compare` returns it (the bench keys
 ``timeloop_cycles_equal_fraction``, ``timeloop_energy_max_rel_err``, ``tileflow_fused_cycles_max_rel_err``).
 The CSVs default to ``../shared/reference/fusion_perf_validation/`` beside the repository when present, else
@@ -49,10 +50,12 @@ def _inputs(kind: str):
     return parse_arch(a["architecture"], f"{ap}: architecture"), (pr["problem"], pp), (m["mapping"], mp)
 
 
-def evaluate_point(kind: str, macros: dict[str, int]) -> Result:
+def evaluate_point(kind: str, macros: dict[str, int], semantics: str | None = None) -> Result:
     """One validation point: ``kind`` ``timeloop`` or ``accelerator`` with its macros (factor names that are no
-    macros are solved from the loop counts, as TileFlow's mapper fixes them)."""
+    macros are solved from the loop counts, as TileFlow's mapper fixes them), under the files' rules or
+    ``semantics``."""
     arch, (prob_doc, pp), (map_doc, mp) = _inputs(kind)
+    arch = arch.with_semantics(semantics) if semantics else arch
     prob = parse_problem(prob_doc, macros, f"{pp}: problem")
     tree = solve_factor_names(parse_mapping(map_doc, macros, f"{mp}: mapping", True), prob, f"{mp}: mapping")
     return evaluate(prob, arch, tree)
@@ -62,9 +65,23 @@ def _macros(row: dict, names: tuple[str, ...]) -> dict[str, int]:
     return {k: int(row[k]) for k in names}
 
 
-def compare(timeloop_csv=None, tileflow_csv=None) -> dict:
+def tileflow_rules(rows: list[tuple[str, dict]]) -> dict:
+    """The points ``(kind, CSV row)`` under TileFlow's own analysis (``semantics: tileflow``) against what
+    TileFlow printed: the fraction with its cycles exactly and the worst energy error (it prints 6 digits)."""
+    t0 = time.perf_counter()
+    equal, worst = 0, 0.0
+    for kind, row in rows:
+        r = evaluate_point(kind, _macros(row, TIMELOOP_MACROS if kind == "timeloop" else TILEFLOW_MACROS), "tileflow")
+        equal += r.cycles == row["tileflow_cycles"]
+        worst = max(worst, abs(r.energy_pj / row["tileflow_energy"] - 1))
+    return {"tileflow_rules_points": len(rows), "tileflow_rules_cycles_equal_fraction": equal / len(rows),
+            "tileflow_rules_energy_max_rel_err": worst, "tileflow_rules_s": time.perf_counter() - t0}
+
+
+def compare(timeloop_csv=None, tileflow_csv=None, with_tileflow_rules: bool = True) -> dict:
     """Every point of both CSVs: the fraction of single-GEMM points with Timeloop's cycles exactly, the worst
-    energy error against Timeloop, and the worst cycle error of the fused points against TileFlow."""
+    energy error against Timeloop, and the worst cycle error of the fused points against TileFlow; with
+    ``with_tileflow_rules``, every point under TileFlow's own rules against TileFlow (:func:`tileflow_rules`)."""
     tl_path = Path(timeloop_csv or default_csv(TIMELOOP_CSV))
     tf_path = Path(tileflow_csv or default_csv(TILEFLOW_CSV))
     t0 = time.perf_counter()
@@ -91,6 +108,8 @@ def compare(timeloop_csv=None, tileflow_csv=None) -> dict:
         "tileflow_fused_worst": ({"macros": _macros(worst_tf[0], TILEFLOW_MACROS), "cycles": worst_tf[1],
                                   "tileflow": worst_tf[0]["tileflow_cycles"]} if tf else None),
         "validation_s": wall,
+        **(tileflow_rules([("timeloop", row) for row, _, _ in tl] + [("accelerator", row) for row, _, _ in tf])
+           if with_tileflow_rules else {}),
     }
 
 
