@@ -3,9 +3,10 @@
 A budget counts fitness evaluations (one chromosome decoded and judged, one H2H move tried), not seconds, so that
 every searching algorithm gets the same number of tries whatever one evaluation costs on the machine. A
 :class:`Curve` keeps (evaluations so far, best fitness so far) each time the best improves; a search has
-*converged* when its best no longer improved over the last :data:`CONVERGED_TAIL` of its budget; a search with
-a convergence test of its own (H2H: a whole pass without an improving move) has converged when that test
-stopped it, not when a budget cut it off in the middle of a pass.
+*converged* when its best no longer improved over the last :data:`CONVERGED_TAIL` of its budget (the same rule
+for every search, also for one that stopped early by a test of its own, as H2H does at a whole pass without an
+improving move); without an evaluation budget, over the last share of the evaluations it spent, or when its own
+test stopped it.
 """
 from __future__ import annotations
 
@@ -48,12 +49,16 @@ class Curve:
 
 def converged(curve: Curve, budget: int | None, stopped_by_test: bool = False,
               tail: float = CONVERGED_TAIL) -> bool:
-    """True when the best did not improve over the last ``tail`` of the ``budget`` (of the evaluations spent, when
-    the search stopped before spending its budget or has none), or when it stopped by its own convergence test."""
-    if stopped_by_test:
-        return True
-    total = curve.evaluations if budget is None else min(budget, curve.evaluations)
-    return total > 0 and curve.last_improvement <= (1.0 - tail) * total
+    """True when the best did not improve over the last ``tail`` of the ``budget``: its last improvement came at or
+    before (1 − ``tail``) × ``budget`` evaluations. A search that stops before spending its budget (H2H at a pass
+    without an improving move) is judged against the same budget as the others, so the flag means the same for
+    every search. Without a budget (time-budgeted runs): over the last ``tail`` of the evaluations spent, or when
+    the search stopped by its own convergence test."""
+    if curve.evaluations == 0:
+        return False
+    if budget is None:
+        return stopped_by_test or curve.last_improvement <= (1.0 - tail) * curve.evaluations
+    return curve.last_improvement <= (1.0 - tail) * budget
 
 
 def remaining(budget: int | None, spent: int) -> int | None:

@@ -1,21 +1,30 @@
-"""Per-(layer, accelerator) cost model: MAESTRO's analytical model for the NVDLA, ShiDianNao and Eyeriss dataflows.
+"""Per-(layer, accelerator) cost model: MAESTRO's analytical model for the NVDLA, ShiDianNao, Eyeriss and TPU dataflows.
 
-``nvdla``, ``shidiannao`` and ``eyeriss`` accelerators are costed by :mod:`soc_mapper.maestro_model`, a port of
-MAESTRO's cost analysis (``maestro-project/maestro``) run on the dataflow of that style (KC-P weight stationary,
-YX-P output stationary, row stationary; see :func:`soc_mapper.maestro_model.dataflow`) with the accelerator's PE
-array, its global buffer's bandwidth as the NoC and off-chip bandwidth: cycles come from MAESTRO's iteration
-cases (max of NoC ingress/egress and compute per case, the top level bounded by the off-chip refill of its tile),
-energy = MACs × MAC energy + L1 accesses × the PE buffer's energy per byte + L2 accesses × the global buffer's
-(int8: one byte per access). ``soc_mapper/data/maestro_reference.json`` holds MAESTRO's own outputs on zoo layers
-and ``tests/test_soc_mapper/test_maestro_reference.py`` checks this model against them.
+``nvdla``, ``shidiannao``, ``eyeriss`` and ``tpu`` accelerators are costed by :mod:`soc_mapper.maestro_model`, a
+port of MAESTRO's cost analysis (``maestro-project/maestro``) run on the dataflow of that style (KC-P weight
+stationary, YX-P output stationary, row stationary, and for the TPU a weight-stationary systolic array on the
+layer's GEMM, convs lowered by im2col; see :func:`soc_mapper.maestro_model.dataflow`): cycles come from MAESTRO's
+iteration cases (max of NoC ingress/egress and compute per case, the top level bounded by the off-chip refill of
+its tile), energy = MACs × MAC energy + L1 accesses × the PE buffer's energy per byte + L2 accesses × the global
+buffer's (int8: one byte per access). ``soc_mapper/data/maestro_reference.json`` holds MAESTRO's own outputs on zoo
+layers under all four styles and ``tests/test_soc_mapper/test_maestro_reference.py`` checks this model against
+them.
 
-Other dataflows keep a closed form (no MAESTRO mapping of a systolic array is checked against the tool):
-- ``tpu``: GEMM M across PE rows and N across 128-wide columns, K streamed through the systolic array;
-  convs lowered to GEMM (M = B·P·Q, N = K, K = C·R·S); cycles = max(compute, buffer traffic / bandwidth);
-- any other style: ideal parallelism over the non-reduction points (an upper bound on speed).
+MAESTRO's hardware (:func:`soc_mapper.maestro_model.hw_of`): the accelerator's PE array; the NoC (L2 → PEs) and
+the off-chip link (→ L2) both at the global buffer's read bandwidth (32 GB/s = 160 int8 elements per cycle on the
+presets). Why: the ``soc_small`` / ``soc_large`` presets describe no DRAM or system memory (each device's outermost
+level is its 4 MiB global buffer) and no NoC of their own; the only bandwidths they give are that buffer's read
+bandwidth, the topology's intra-accelerator bandwidth (the same 32 GB/s, "intra-accelerator bandwidth of the
+reference") and the mesh links between accelerators (0.8 / 3.2 GB/s), whose transfers the simulator already
+charges per edge, so using them as the off-chip link would charge the activations twice.
+
+Other dataflows keep a closed form: ``systolic`` (GEMM M across PE rows, N across 128-wide columns, K streamed;
+convs lowered to GEMM; cycles = max(compute, buffer traffic / bandwidth)) and, for any other style, ideal
+parallelism over the non-reduction points (an upper bound on speed).
 :func:`compute_cycles` also gives the PEs a layer occupies on every style (the spatial footprint of its mapping,
 which spatial sharing of an accelerator budgets): NVDLA K across clusters × C across 64 PEs, ShiDianNao output
-rows × columns, Eyeriss filter rows × output rows per set × sets over K.
+rows × columns, Eyeriss filter rows × output rows per set × sets over K, TPU the GEMM's reduction down the rows ×
+its outputs N across the columns.
 Power = static share of the accelerator's power + dynamic energy / latency.
 
 Why not fusion_perf: it models one accelerator's memory hierarchy for fused chains of operators (a
@@ -61,7 +70,7 @@ def _gemm_form(l: Layer) -> tuple[int, int, int, int]:
 
 def compute_cycles(l: Layer, a: Accelerator) -> tuple[float, int]:
     """(closed-form compute cycles, PEs occupied) of a layer on one accelerator's dataflow (the latency of
-    ``tpu`` and unknown styles; MAESTRO's styles take only the PEs from here)."""
+    ``systolic`` and unknown styles; MAESTRO's styles take only the PEs from here)."""
     rows, cols, npe = a.pe_rows, a.pe_cols, a.num_pes
     df = a.dataflow
     if df == "nvdla":
@@ -78,7 +87,13 @@ def compute_cycles(l: Layer, a: Accelerator) -> tuple[float, int]:
         tiles = _cdiv(P, rows) * _cdiv(Q, cols)
         cycles = B * G * K * C * R * S * tiles + tiles * (rows + cols)  # shift in the input window per tile
         return cycles, pes
-    if df in ("tpu", "systolic"):
+    if df == "tpu":  # weight stationary: the reduction down the rows, the outputs N across the columns
+        Bt, M, N, K = _gemm_form(l)
+        pes = min(K, rows) * min(N, cols)
+        tiles = _cdiv(K, rows) * _cdiv(N, cols)
+        cycles = Bt * tiles * (M + rows + cols)  # stream the rows of M through each weight tile, fill and drain
+        return cycles, pes
+    if df == "systolic":
         Bt, M, N, K = _gemm_form(l)
         pes = min(M, rows) * min(N, cols)
         tiles = _cdiv(M, rows) * _cdiv(N, cols)
@@ -145,14 +160,16 @@ class ModelCost(NamedTuple):
 def maestro_cost(l: Layer, a: Accelerator, pinned: bool = False) -> maestro_model.MaestroCost:
     """MAESTRO's cycles and accesses of ``l`` under ``a``'s dataflow (cached per shape and hardware)."""
     hw = maestro_model.hw_of(a)
-    return maestro_model.style_cost(maestro_model.problem_of(l), a.dataflow, hw["rows"], hw["cols"],
+    return maestro_model.style_cost(maestro_model.problem_of(l, a.dataflow), a.dataflow, hw["rows"], hw["cols"],
                                     hw["num_pes"], hw["noc_bw"], hw["offchip_bw"], pinned)
 
 
 def layer_model(l: Layer, a: Accelerator, pinned: bool = False) -> ModelCost:
     """Latency, PEs and dynamic energy of one layer: MAESTRO's model for its styles, else the closed form
-    (latency = max(compute, buffer traffic / buffer bandwidth)). ``pinned``: weights already in the buffer."""
+    (latency = max(compute, buffer traffic / buffer bandwidth)). ``pinned``: weights already in the buffer (a
+    layer without weights, e.g. a batched matmul whose second operand is an activation, has nothing to pin)."""
     cycles, pes = compute_cycles(l, a)
+    pinned = pinned and l.weight_bytes > 0
     if a.dataflow in maestro_model.STYLES:
         r = maestro_cost(l, a, pinned)
         buf = r.l1_accesses * a.l1_energy_pj_per_byte + r.l2_accesses * a.buffer_energy_pj_per_byte

@@ -35,8 +35,10 @@ L1_ENERGY = 1.68
 L2_ENERGY = 18.61
 """MAESTRO's L2 (global buffer) access energy, in MAC energies."""
 TENSORS = ("input", "filter", "output")
-STYLES = ("nvdla", "shidiannao", "eyeriss")
+STYLES = ("nvdla", "shidiannao", "eyeriss", "tpu")
 """Dataflow styles with a MAESTRO mapping (:func:`dataflow`)."""
+LOWERED_STYLES = ("tpu",)
+"""Styles that run every layer as a GEMM (convs lowered by im2col), as a systolic GEMM engine does."""
 _INIT, _STEADY, _EDGE = 0, 1, 2
 
 
@@ -63,13 +65,15 @@ class Problem:
         return dict(self.dims)[name]
 
 
-def problem_of(l) -> Problem:
-    """The MAESTRO problem of a :class:`soc_mapper.workload.Layer`: convs keep their shape (Y = (P−1)·stride + R,
-    the padded input rows that give P outputs); depthwise convs become DSCONV; other grouped convs run G copies;
-    linear/matmul are 1×1 convs (K = N, C = K, Y = B·M); batched matmuls run B copies of one (their second
-    operand changes with the batch, so nothing is reused across it). Dilation is ignored (MAESTRO has none)."""
+def problem_of(l, style: str | None = None) -> Problem:
+    """The MAESTRO problem of a :class:`soc_mapper.workload.Layer` under ``style``: convs keep their shape (Y =
+    (P−1)·stride + R, the padded input rows that give P outputs); depthwise convs become DSCONV; other grouped
+    convs run G copies; linear/matmul are 1×1 convs (K = N, C = K, Y = B·M); batched matmuls run B copies of one
+    (their second operand changes with the batch, so nothing is reused across it). Under a style of
+    :data:`LOWERED_STYLES` a conv is lowered to its im2col GEMM first (M = B·P·Q, N = K, K = C·R·S, G copies).
+    Dilation is ignored (MAESTRO has none)."""
     d = l.dims
-    if l.op_kind == "conv2d":
+    if l.op_kind == "conv2d" and style not in LOWERED_STYLES:
         sy, sx = getattr(l, "stride", (1, 1))
         y, x = (d["P"] - 1) * sy + d["R"], (d["Q"] - 1) * sx + d["S"]
         n = (("N", d["B"]),) if d["B"] > 1 else ()
@@ -77,9 +81,22 @@ def problem_of(l) -> Problem:
         if d["G"] > 1 and d["K"] == 1 and d["C"] == 1:
             return Problem("DSCONV", n + (("K", 1), ("C", d["G"])) + rsyx, (sy, sx))
         return Problem("CONV", n + (("K", d["K"]), ("C", d["C"])) + rsyx, (sy, sx), d["G"])
-    rows, rep = (d["M"], d["B"]) if l.op_kind == "batch_matmul" else (d["B"] * d["M"], 1)
-    dims = (("K", d["N"]), ("C", d["K"]), ("R", 1), ("S", 1), ("Y", rows), ("X", 1))
-    return Problem("CONV", dims, (1, 1), rep)
+    return _gemm_problem(*_gemm_of(l))
+
+
+def _gemm_of(l) -> tuple[int, int, int, int]:
+    """(copies, M, N, K) of a layer as GEMMs: im2col for convs (per group), B·M rows for linear/matmul."""
+    d = l.dims
+    if l.op_kind == "conv2d":
+        return d["G"], d["B"] * d["P"] * d["Q"], d["K"], d["C"] * d["R"] * d["S"]
+    if l.op_kind == "batch_matmul":
+        return d["B"], d["M"], d["N"], d["K"]
+    return 1, d["B"] * d["M"], d["N"], d["K"]
+
+
+def _gemm_problem(copies: int, m: int, n: int, k: int) -> Problem:
+    """A GEMM as MAESTRO's 1×1 conv: N outputs are the filters (K), the reduction the channels (C), rows Y."""
+    return Problem("CONV", (("K", n), ("C", k), ("R", 1), ("S", 1), ("Y", m), ("X", 1)), (1, 1), copies)
 
 
 def _tensors(kind: str, batch: bool) -> dict[str, tuple[str, ...]]:
@@ -89,7 +106,7 @@ def _tensors(kind: str, batch: bool) -> dict[str, tuple[str, ...]]:
     return {"input": n + ("C", "Y", "X"), "filter": ("K", "C", "R", "S"), "output": n + ("K", "Y", "X")}
 
 
-# --- the three dataflow styles (directive tuples: ("T"|"S", size, offset, dim) or ("C", sub-clusters)) ---------
+# --- the dataflow styles (directive tuples: ("T"|"S", size, offset, dim) or ("C", sub-clusters)) ---------------
 def dataflow(style: str, p: Problem, rows: int, cols: int, num_pes: int) -> tuple[tuple, ...]:
     """The MAESTRO mapping of ``style`` for ``p`` on a ``rows`` × ``cols`` array of ``num_pes`` PEs.
 
@@ -98,27 +115,40 @@ def dataflow(style: str, p: Problem, rows: int, cols: int, num_pes: int) -> tupl
     - ``shidiannao``: YX-P output stationary (``yxp_os``): output rows across ``rows`` clusters, a strip of
       ``cols`` output columns across the PEs of each;
     - ``eyeriss``: row stationary (``rs``): a PE set of R PE rows × min(P, cols) output rows (filter row × output
-      row per PE), sets replicated over K (depthwise: over the channels).
+      row per PE), sets replicated over K (depthwise: over the channels);
+    - ``tpu``: a weight-stationary systolic array on the GEMM of :func:`problem_of` (M rows Y, N filters K,
+      reduction C): each of ``cols`` columns holds one output (K) and ``rows`` reduction elements (C, one per PE:
+      partial sums flow down the column), a ``rows``-deep slice of C is loaded per weight tile, and the input
+      rows stream through one per step, broadcast along the array's rows. It is MAESTRO's ``kcp_ws`` written for
+      the array's geometry (clusters of ``rows`` PEs, not NVDLA's 64).
     Strides enter through the Y/X tiles, which MAESTRO rescales by the layer's stride itself.
     """
     if style not in STYLES:
         raise ValueError(f"no MAESTRO mapping for dataflow {style!r}; have {STYLES}")
     dims = dict(p.dims)
     n = (("T", 1, 1, "N"),) if "N" in dims else ()
-    return n + {"nvdla": _nvdla, "shidiannao": _shidiannao, "eyeriss": _eyeriss}[style](p, dims, rows, cols,
-                                                                                       num_pes)
+    fn = {"nvdla": _nvdla, "shidiannao": _shidiannao, "eyeriss": _eyeriss, "tpu": _tpu}[style]
+    return n + fn(p, dims, rows, cols, num_pes)
 
 
 def _rs(dims: dict) -> tuple[tuple, ...]:
     return ("T", dims["R"], dims["R"], "R"), ("T", dims["S"], dims["S"], "S")
 
 
-def _nvdla(p: Problem, dims: dict, rows: int, cols: int, num_pes: int) -> tuple[tuple, ...]:
-    cs = min(64, num_pes)
+def _kcp(p: Problem, dims: dict, cs: int) -> tuple[tuple, ...]:
+    """KC-P weight stationary with clusters of ``cs`` PEs: K across clusters, a ``cs`` slice of C within."""
     r, s = dims["R"], dims["S"]
     outer = (("S", 1, 1, "C"),) if p.kind == "DSCONV" else (("S", 1, 1, "K"), ("T", cs, cs, "C"))
     yx = (("T", r, 1, "Y"), ("T", s, 1, "X"))
     return outer + _rs(dims) + yx + (("C", cs), ("S", 1, 1, "C")) + yx + _rs(dims)
+
+
+def _nvdla(p: Problem, dims: dict, rows: int, cols: int, num_pes: int) -> tuple[tuple, ...]:
+    return _kcp(p, dims, min(64, num_pes))
+
+
+def _tpu(p: Problem, dims: dict, rows: int, cols: int, num_pes: int) -> tuple[tuple, ...]:
+    return _kcp(p, dims, max(1, min(rows, num_pes)))
 
 
 def _shidiannao(p: Problem, dims: dict, rows: int, cols: int, num_pes: int) -> tuple[tuple, ...]:
@@ -722,8 +752,9 @@ def style_cost(p: Problem, style: str, rows: int, cols: int, num_pes: int, noc_b
 def hw_of(a) -> dict:
     """MAESTRO's hardware parameters of a :class:`soc_mapper.soc.Accelerator`: PEs and array shape; the NoC
     (L2 → PEs) and off-chip (→ L2) bandwidths, both the global buffer's read bandwidth in int8 elements per cycle
-    (the reference SoC streams everything through that buffer); L1 (one PE's buffer) and L2 sizes in bytes (MAESTRO
-    only warns when a tile exceeds them)."""
+    (the presets describe no DRAM and no NoC of their own: the buffer's bandwidth, equal to their intra-accelerator
+    bandwidth, is the only one inside an accelerator; see :mod:`soc_mapper.cost`); L1 (one PE's buffer) and L2
+    sizes in bytes (MAESTRO only warns when a tile exceeds them)."""
     bw = max(1, round(a.buffer_bandwidth_bytes_per_s / a.frequency_hz))
     return {"num_pes": a.num_pes, "rows": a.pe_rows, "cols": a.pe_cols, "noc_bw": bw, "offchip_bw": bw,
             "l1_size": a.l1_bytes, "l2_size": a.buffer_bytes}

@@ -1,11 +1,12 @@
 """Reference data from MAESTRO itself: ``python -m soc_mapper.maestro_reference --maestro BIN --out JSON``.
 
-Runs the MAESTRO binary (``maestro-project/maestro``, C++) on conv and GEMM layers of zoo models under the three
+Runs the MAESTRO binary (``maestro-project/maestro``, C++) on conv and GEMM layers of zoo models under the four
 dataflow styles of :func:`soc_mapper.maestro_model.dataflow` (NVDLA-style KC-P weight stationary, Eyeriss row
-stationary, ShiDianNao YX-P output stationary) with the hardware of the ``soc_small`` preset's accelerators, and
-writes what the tool printed (cycles, MACs, L1/L2 reads and writes per tensor, energy) to
-``soc_mapper/data/maestro_reference.json``, which the tests and the bench compare :mod:`soc_mapper.cost` against
-(CI cannot fetch or build MAESTRO, so the data is committed).
+stationary, ShiDianNao YX-P output stationary, the TPU's weight-stationary systolic GEMM with convs lowered by
+im2col), and on the models' batched matmuls under the TPU style only (the presets run them nowhere else), with the
+hardware of the ``soc_small`` preset's accelerators, and writes what the tool printed (cycles, MACs, L1/L2 reads
+and writes per tensor, energy) to ``soc_mapper/data/maestro_reference.json``, which the tests and the bench
+compare :mod:`soc_mapper.cost` against (CI cannot fetch or build MAESTRO, so the data is committed).
 
 MAESTRO is not built here (the project ships no build scripts for fetched code). The committed data came from
 commit ``4eb08d17c87caf1ee3f3a351b10eb9b8ef70dd87`` (2022-08-27), built with::
@@ -20,7 +21,9 @@ read from the binary's git checkout when there is one). One mapping file per (la
 ``maestro --HW_file=hw_<style>.m --Mapping_file=<entry>.m --print_res=true --print_res_csv_file=false
 --print_log_file=false``; the screen report is parsed (its CSV's energy column is not used: with one layer per
 file it leaves the L1 accesses out, it reads them from the previous layer). Energies are in MAC energies
-(MAESTRO's table: an L1 access 1.68, an L2 access 18.61, a MAC 1).
+(MAESTRO's table: an L1 access 1.68, an L2 access 18.61, a MAC 1). A layer of ``repeat`` > 1 identical,
+independent copies (a conv lowered to one GEMM per group, a batched matmul) is run once: its entry holds the
+printed counts of one copy and ``repeat``.
 """
 from __future__ import annotations
 
@@ -37,12 +40,15 @@ from .maestro_model import L1_ENERGY, L2_ENERGY, STYLES, TENSORS, dataflow, hw_o
 DEFAULT_OUT = os.path.join(os.path.dirname(__file__), "data", "maestro_reference.json")
 MODELS = (("resnet50", 12), ("mobilenet_v2", 12), ("yolov5s", 10), ("bert_base", 4))
 """Zoo models and how many of their distinct layer shapes to take (evenly spaced over the network)."""
+REPEAT_NOTE = ("an entry's counts are MAESTRO's for one copy of its problem; the layer runs `repeat` independent "
+               "copies one after another (groups of a conv lowered to GEMM, batches of a batched matmul), so its "
+               "totals are repeat × those counts")
 FLAGS = ("--print_res=true", "--print_res_csv_file=false", "--print_log_file=false")
 
 
 def layer_category(l) -> str:
     if l.op_kind != "conv2d":
-        return "gemm"
+        return "batched_gemm" if l.op_kind == "batch_matmul" else "gemm"
     kind = "depthwise" if l.is_depthwise else "pointwise" if l.dims["R"] == l.dims["S"] == 1 else "spatial"
     return kind + ("_strided" if max(l.stride) > 1 else "")
 
@@ -57,7 +63,8 @@ def _spread(items: list, k: int) -> list:
 def select_layers(models=MODELS) -> list[tuple[str, Any]]:
     """(model, layer) of up to ``quota`` distinct shapes per model: the quota is dealt round robin over the
     model's categories (pointwise, k×k, depthwise, each strided or not; FC/GEMM), each category's share evenly
-    spaced from stem to classifier; batched matmuls (no weights) are left out."""
+    spaced from stem to classifier; batched matmuls (no weights) are left out (:func:`batched_matmuls` has
+    them)."""
     from .workload import layers_of_graph, zoo_graph
 
     out = []
@@ -80,6 +87,27 @@ def select_layers(models=MODELS) -> list[tuple[str, Any]]:
     return out
 
 
+def batched_matmuls(models=MODELS) -> list[tuple[str, Any]]:
+    """(model, layer) of every distinct batched-matmul shape of the models (attention's QKᵀ and AV): the
+    presets run them only on TPUs, so they are costed only there."""
+    from .workload import layers_of_graph, zoo_graph
+
+    out: dict[tuple, tuple[str, Any]] = {}
+    for name, _ in models:
+        for l in layers_of_graph(zoo_graph(name))[0]:
+            if l.op_kind == "batch_matmul":
+                out.setdefault(tuple(sorted(l.dims.items())), (name, l))
+    return list(out.values())
+
+
+def styles_for(l, hw: dict[str, dict]) -> list[str]:
+    """Every style for convs and GEMMs (MAESTRO maps them on any array, whatever the preset's op kinds); a batched
+    matmul only under the styles whose preset accelerator runs it."""
+    if l.op_kind != "batch_matmul":
+        return list(hw)
+    return [s for s, h in hw.items() if not h.get("op_kinds") or l.op_kind in h["op_kinds"]]
+
+
 def hardware(preset: str = "soc_small") -> dict[str, dict]:
     """MAESTRO parameters per style from the preset's first accelerator of that dataflow (Eyeriss, which no preset
     has: the first accelerator's array and buffers)."""
@@ -89,7 +117,7 @@ def hardware(preset: str = "soc_small") -> dict[str, dict]:
     out = {}
     for style in STYLES:
         a = next((x for x in soc.accs if x.dataflow == style), soc.accs[0])
-        out[style] = dict(hw_of(a), source=f"{preset}/{a.name}")
+        out[style] = dict(hw_of(a), source=f"{preset}/{a.name}", op_kinds=list(a.op_kinds))
     return out
 
 
@@ -139,7 +167,7 @@ def run_one(binary: str, work: str, hw_file: str, map_file: str) -> tuple[str, d
 
 def entry(i: int, model: str, l, style: str, hw: dict, binary: str, work: str) -> dict:
     """Run one (layer, dataflow) and describe it."""
-    p = problem_of(l)
+    p = problem_of(l, style)
     flow = dataflow(style, p, hw["rows"], hw["cols"], hw["num_pes"])
     name = f"e{i:03d}_{style}"
     with open(os.path.join(work, name + ".m"), "w") as f:
@@ -150,7 +178,7 @@ def entry(i: int, model: str, l, style: str, hw: dict, binary: str, work: str) -
             "bytes": {"in": l.in_bytes, "weight": l.weight_bytes, "out": l.out_bytes}, "dataflow": style,
             "hardware": style,
             "maestro_problem": {"type": p.kind, "dims": dict(p.dims), "stride": list(p.stride)},
-            "mapping": [list(d) for d in flow], "command": cmd, **r, "energy": energy_of(r)}
+            "repeat": p.repeat, "mapping": [list(d) for d in flow], "command": cmd, **r, "energy": energy_of(r)}
 
 
 def git_commit(binary: str) -> str | None:
@@ -163,15 +191,15 @@ def git_commit(binary: str) -> str | None:
 
 
 def generate(binary: str, commit: str, preset: str = "soc_small", models=MODELS) -> dict:
-    """Every selected layer under every style: the reference document."""
+    """Every selected layer under every style whose preset accelerator runs it: the reference document."""
     hw = hardware(preset)
     rows = []
     with tempfile.TemporaryDirectory(prefix="maestro_ref_") as work:
         for style, h in hw.items():
             with open(os.path.join(work, f"hw_{style}.m"), "w") as f:
                 f.write(hw_text(h))
-        for i, (model, l) in enumerate(select_layers(models)):
-            for style in STYLES:
+        for i, (model, l) in enumerate(select_layers(models) + batched_matmuls(models)):
+            for style in styles_for(l, hw):
                 rows.append(entry(i, model, l, style, hw[style], binary, work))
                 print(f"{rows[-1]['id']:55s} {rows[-1]['cycles']:>12d} cycles  energy {rows[-1]['energy']:.4g}")
     return {"about": __doc__.split("\n\n")[0],
@@ -179,6 +207,7 @@ def generate(binary: str, commit: str, preset: str = "soc_small", models=MODELS)
                         "build": "scons (g++ -std=c++17; boost program_options, filesystem, system)",
                         "flags": list(FLAGS)},
             "energy_unit": f"MAC energies: MAC 1, L1 access {L1_ENERGY}, L2 access {L2_ENERGY}",
+            "repeat": REPEAT_NOTE,
             "hardware": hw, "models": [list(m) for m in models], "entries": rows}
 
 

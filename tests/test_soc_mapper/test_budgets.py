@@ -30,9 +30,12 @@ def test_curve_keeps_the_improvements_and_ends_at_the_spent_evaluations():
 def test_converged_means_no_improvement_over_the_last_fifth_of_the_budget():
     assert converged(_curve([3] * 79 + [2] + [2] * 20), 100)  # last improvement at 80 of 100
     assert not converged(_curve([3] * 80 + [2] + [2] * 19), 100)  # at 81: inside the last 20%
-    assert not converged(_curve([3] * 40 + [2]), 100)  # stopped at 41 of 100: judged on what it spent
-    assert converged(_curve([3] * 40 + [2]), 100, stopped_by_test=True)  # its own test (H2H's quiet pass)
+    # a search that stopped early is judged against the same budget: no improvement after 80 of 100
+    assert converged(_curve([3] * 40 + [2]), 100)
+    assert not converged(_curve([3] * 84 + [2] + [2] * 5), 100, stopped_by_test=True)  # improved at 85 of 100
     assert converged(_curve([2] + [3] * 9), None)
+    assert not converged(_curve([3] * 9 + [2]), None)  # no budget: the last fifth of what it spent
+    assert converged(_curve([3] * 9 + [2]), None, stopped_by_test=True)  # ... or its own test stopped it
     assert not converged(Curve(), 10)
 
 
@@ -51,8 +54,7 @@ def test_every_search_gets_the_same_evaluation_budget_and_records_its_curve():
         assert ev == sorted(ev) and len(set(ev)) == len(ev), name  # evaluations increase
         assert all(b <= a for a, b in zip(best, best[1:])), name  # best never gets worse
         last_improvement = r.curve[-2][0] if len(r.curve) > 1 and best[-1] == best[-2] else r.curve[-1][0]
-        if name != "h2h":
-            assert r.converged == (last_improvement <= 0.8 * B), name
+        assert r.converged == (last_improvement <= 0.8 * B), name  # the same rule for every search
 
 
 def test_comb_cuts_its_last_generation_to_the_budget():
@@ -94,7 +96,11 @@ def test_h2h_runs_its_passes_to_convergence_without_a_deadline():
     assert again.plan.placement == r.plan.placement and again.curve == r.curve
     capped = h2h(w, soc, c, H2HConfig(max_evaluations=5))
     assert capped.evaluations == 5 and capped.budget_evaluations == 5
-    assert not capped.converged  # cut by the budget in the middle of a pass: not at its local optimum
+    # cut by the budget in the middle of a pass: converged only if its best stopped improving by evaluation 4
+    last = min(e for e, b in capped.curve if b == capped.curve[-1][1])
+    assert capped.converged == (last <= 4)
+    big = h2h(w, soc, c, H2HConfig(max_evaluations=10 * r.evaluations))
+    assert big.converged and big.evaluations == r.evaluations  # stopped by its own test, well within budget
     one = h2h(w, soc, c, H2HConfig(max_passes=1))
     assert one.generations == 1 and one.evaluations <= r.evaluations
 

@@ -56,6 +56,29 @@ def test_dataflow_models_follow_their_spatial_mappings():
         assert c * p >= l.macs  # no dataflow does more than its PEs allow
 
 
+def test_tpu_runs_convs_as_im2col_gemms_on_a_weight_stationary_array():
+    from soc_mapper.maestro_model import problem_of
+    from soc_mapper.workload import Layer
+
+    soc = small_soc()
+    nv, tpu = soc.accs[0], soc.accs[3]
+    l, _ = _conv_layer()
+    p = problem_of(l, "tpu")
+    assert (p.kind, dict(p.dims), p.repeat) == ("CONV", {"K": 128, "C": 64 * 9, "R": 1, "S": 1, "Y": 14 * 14,
+                                                         "X": 1}, 1)
+    assert compute_cycles(l, tpu)[1] == 128 * 128  # the reduction (576) fills the rows, K = 128 the columns
+    # the same MAESTRO model as NVDLA's weight-stationary convs: streamed weights are bound by the tile refill
+    assert layer_cost(l, tpu)[0] > 10 * layer_cost(l, tpu, pinned=True)[0]
+    assert 0.2 < layer_cost(l, tpu, pinned=True)[0] / layer_cost(l, nv, pinned=True)[0] < 5
+    dw, _ = _conv_layer(cin=64, cout=64, groups=64)
+    assert problem_of(dw, "tpu").repeat == 64  # one GEMM per channel
+    # a batched matmul's second operand is an activation: nothing to pin
+    bmm = Layer("a", "m#0", "batch_matmul", {"B": 12, "M": 128, "N": 128, "K": 64}, 12 * 128 * 128 * 64,
+                2 * 12 * 128 * 64, 0, 12 * 128 * 128)
+    assert problem_of(bmm, "tpu").repeat == 12
+    assert layer_cost(bmm, tpu, pinned=True) == layer_cost(bmm, tpu)
+
+
 def test_pinned_weights_are_never_slower_and_costs_are_marked_unsupported():
     w, soc, c = problem()
     assert (c.latency_pinned <= c.latency + 1e-15).all()

@@ -16,11 +16,14 @@ def ref():
 def test_reference_names_its_commit_and_covers_the_layer_kinds(ref):
     assert ref["maestro"]["commit"] == MAESTRO_COMMIT
     entries = ref["entries"]
-    assert len(entries) >= 100 and {e["dataflow"] for e in entries} == set(STYLES)
-    kinds = Counter(layer_category(reference_layer(e)) for e in entries)
-    for k in ("pointwise", "spatial", "spatial_strided", "pointwise_strided", "depthwise", "depthwise_strided",
-              "gemm"):
-        assert kinds[k] > 0, k
+    assert len(entries) >= 150 and {e["dataflow"] for e in entries} == set(STYLES)
+    kinds = Counter((layer_category(reference_layer(e)), e["dataflow"]) for e in entries)
+    for style in STYLES:
+        for k in ("pointwise", "spatial", "spatial_strided", "pointwise_strided", "depthwise",
+                  "depthwise_strided", "gemm"):
+            assert kinds[k, style] > 0, (k, style)
+    # attention's batched matmuls run only on the TPUs of the presets: checked there
+    assert kinds["batched_gemm", "tpu"] >= 2
     assert len({e["model"] for e in entries}) >= 3
 
 
@@ -29,8 +32,9 @@ def test_reference_mappings_are_the_ones_the_model_uses(ref):
     accs = reference_accelerators(ref)
     for e in ref["entries"]:
         hw = hw_of(accs[e["hardware"]])
-        p = problem_of(reference_layer(e))
+        p = problem_of(reference_layer(e), e["dataflow"])
         assert p.kind == e["maestro_problem"]["type"] and dict(p.dims) == e["maestro_problem"]["dims"], e["id"]
+        assert p.repeat == e["repeat"], e["id"]
         assert [list(d) for d in dataflow(e["dataflow"], p, hw["rows"], hw["cols"], hw["num_pes"])] == e["mapping"]
 
 
@@ -42,6 +46,9 @@ def test_cost_model_latency_and_energy_match_maestro(ref):
     assert s["maestro_latency_max_rel_err"] <= 0.10
     assert s["maestro_latency_max_rel_err"] <= 1e-9
     assert s["maestro_energy_max_rel_err"] <= 1e-9
+    assert set(s["maestro_by_dataflow"]) == set(STYLES)  # the TPU's systolic mapping is checked as the others
+    for style, d in s["maestro_by_dataflow"].items():
+        assert d["entries"] >= 38 and d["latency_max_rel_err"] <= 1e-9 and d["energy_max_rel_err"] <= 1e-9, style
 
 
 def test_port_reproduces_every_count(ref):
@@ -50,9 +57,10 @@ def test_port_reproduces_every_count(ref):
     accs = reference_accelerators(ref)
     for e in ref["entries"]:
         r = maestro_cost(reference_layer(e), accs[e["hardware"]])
-        assert (r.cycles, r.macs) == (e["cycles"], e["macs"]), e["id"]
+        n = e["repeat"]  # MAESTRO ran one of the layer's n identical copies
+        assert (r.cycles, r.macs) == (n * e["cycles"], n * e["macs"]), e["id"]
         for k in ("l2_read", "l2_write", "l1_read", "l1_write"):
-            assert list(getattr(r, k)) == list(e[k].values()), (e["id"], k)
+            assert list(getattr(r, k)) == [n * v for v in e[k].values()], (e["id"], k)
         assert energy_of(e) == pytest.approx(e["energy_printed"], rel=1e-5)  # printed to 6 digits
 
 

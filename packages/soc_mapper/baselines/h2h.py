@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from ..budget import Curve
+from ..budget import Curve, converged
 from ..comb import SearchResult
 from ..config import H2HConfig
 from ..cost import CostTable
@@ -59,34 +59,59 @@ def computation_first(w: Workload, soc: SoC, cost: CostTable) -> tuple[list[int]
     return st.placement, order
 
 
-def pin_weights(w: Workload, soc: SoC, cost: CostTable, placement: list[int], unit: int = 1024) -> list[bool]:
+MEMO_ENTRIES = 256
+"""Knapsack choices :func:`pin_weights` keeps (least recently used dropped): the current placement's per
+accelerator plus the recent trials'."""
+
+
+def pin_weights(w: Workload, soc: SoC, cost: CostTable, placement: list[int], unit: int = 1024,
+                memo: dict | None = None) -> list[bool]:
     """Step 2: per accelerator, the 0/1 knapsack (capacity = its buffer, in ``unit``-byte steps) maximising the
-    latency saved by keeping weights resident."""
+    latency saved by keeping weights resident. ``memo`` keeps each accelerator's choice per set of layers on it:
+    a move changes two accelerators, so the others' knapsacks need not be solved again (same result)."""
     pinned = [False] * len(w.layers)
+    on: list[list[int]] = [[] for _ in range(soc.n)]
+    for v, p in enumerate(placement):
+        if w.layers[v].weight_bytes > 0:
+            on[p].append(v)
     for a in range(soc.n):
-        items = [v for v, p in enumerate(placement) if p == a and w.layers[v].weight_bytes > 0]
-        gain = [float(cost.latency[v, a] - cost.latency_pinned[v, a]) for v in items]
-        items = [v for v, g in zip(items, gain) if g > 0]
-        gain = [g for g in gain if g > 0]
-        if not items:
-            continue
-        cap = soc.accs[a].buffer_bytes // unit
-        wt = [-(-w.layers[v].weight_bytes // unit) for v in items]
-        best = np.zeros(cap + 1)
-        take = np.zeros((len(items), cap + 1), dtype=bool)
-        for k, (g, c) in enumerate(zip(gain, wt)):
-            if c > cap:
-                continue
-            cand = best[:cap + 1 - c] + g
-            better = cand > best[c:]
-            take[k, c:] = better
-            best[c:] = np.where(better, cand, best[c:])
-        r = cap
-        for k in reversed(range(len(items))):
-            if take[k, r]:
-                pinned[items[k]] = True
-                r -= wt[k]
+        key = (a, tuple(on[a]))
+        chosen = memo.pop(key, None) if memo is not None else None
+        if chosen is None:
+            chosen = _knapsack(w, soc, cost, a, on[a], unit)
+        if memo is not None:
+            memo[key] = chosen  # most recently used last; the oldest go first
+            if len(memo) > MEMO_ENTRIES:
+                del memo[next(iter(memo))]
+        for v in chosen:
+            pinned[v] = True
     return pinned
+
+
+def _knapsack(w: Workload, soc: SoC, cost: CostTable, a: int, layers: list[int], unit: int) -> list[int]:
+    """The layers of ``layers`` (all on accelerator ``a``) whose weights to pin there."""
+    gain = [float(cost.latency[v, a] - cost.latency_pinned[v, a]) for v in layers]
+    items = [v for v, g in zip(layers, gain) if g > 0]
+    gain = [g for g in gain if g > 0]
+    if not items:
+        return []
+    cap = soc.accs[a].buffer_bytes // unit
+    wt = [-(-w.layers[v].weight_bytes // unit) for v in items]
+    best = np.zeros(cap + 1)
+    take = np.zeros((len(items), cap + 1), dtype=bool)
+    for k, (g, c) in enumerate(zip(gain, wt)):
+        if c > cap:
+            continue
+        cand = best[:cap + 1 - c] + g
+        better = cand > best[c:]
+        take[k, c:] = better
+        best[c:] = np.where(better, cand, best[c:])
+    out, r = [], cap
+    for k in reversed(range(len(items))):
+        if take[k, r]:
+            out.append(items[k])
+            r -= wt[k]
+    return out
 
 
 class _Judge:
@@ -96,9 +121,10 @@ class _Judge:
         self.w, self.soc, self.cost, self.order, self.cfg = w, soc, cost, order, cfg
         self.curve = Curve()
         self.deadline = t0 + cfg.time_budget_s if cfg.time_budget_s else None
+        self.memo: dict = {}
 
     def __call__(self, pl: list[int]) -> tuple[float, list[bool] | None]:
-        pin = pin_weights(self.w, self.soc, self.cost, pl) if self.cfg.weight_pinning else None
+        pin = pin_weights(self.w, self.soc, self.cost, pl, memo=self.memo) if self.cfg.weight_pinning else None
         plan = Plan(pl, self.order, None, None, pin, "h2h")
         lat = simulate(plan, self.w, self.soc, self.cost, validate=False).latency
         self.curve.add(lat)
@@ -174,7 +200,7 @@ def h2h(w: Workload, soc: SoC, cost: CostTable, cfg: H2HConfig | None = None) ->
     plan = Plan(state[0], order, None, None, state[2], "h2h")
     return SearchResult("h2h", plan, simulate(plan, w, soc, cost), time.perf_counter() - t0, passes,
                         judge.curve.evaluations, history, cfg.max_evaluations, judge.curve.as_list(),
-                        done)  # converged: its own test, a whole pass without an improving move
+                        converged(judge.curve, cfg.max_evaluations, stopped_by_test=done))
 
 
 def h2h_wave_greedy(w: Workload, soc: SoC, cost: CostTable) -> SearchResult:
