@@ -6,6 +6,7 @@ ZeRO-2 partitioning, gradient buffers and CPU Adam, with host memory standing in
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from typing import Any
@@ -19,15 +20,33 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@contextlib.contextmanager
+def _rank0_env():
+    """The launcher's variables of a one-rank job, set only while DeepSpeed reads them: left in the environment
+    they would make every later child process (an HF Trainer script, a test worker's subprocess) believe it is a
+    distributed rank and bind the port this process already holds."""
+    keys = ("MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE")
+    saved = {k: os.environ.get(k) for k in keys}
+    for k, v in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
+        os.environ.setdefault(k, v)
+    if saved["MASTER_PORT"] is None:
+        os.environ["MASTER_PORT"] = str(_free_port())
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def _init_process_group(cuda: bool) -> None:
     """A one-rank process group, once per process (DeepSpeed's engine requires one)."""
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized():
         return
-    for k, v in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1")):
-        os.environ.setdefault(k, v)
-    os.environ.setdefault("MASTER_PORT", str(_free_port()))
     import deepspeed
 
     deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo", verbose=False)
@@ -59,9 +78,11 @@ class DeepSpeedZeroOffload:
             raise ConfigError("train.method", f"deepspeed_zero_offload needs deepspeed ({type(e).__name__}: {e})",
                               "deepspeed_zero_offload") from None
         cuda = next(model.parameters()).is_cuda
-        _init_process_group(cuda)
         cfg = ds_config(batch, accum, lr, betas, eps, cuda)
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=params, config=cfg)
+        with _rank0_env():
+            _init_process_group(cuda)
+            self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, model_parameters=params,
+                                                                     config=cfg)
 
     def backward(self, loss) -> None:
         self.engine.backward(loss)

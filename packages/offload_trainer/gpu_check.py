@@ -1,8 +1,11 @@
 """GPU check (prepared for a lent accelerator; not run in CI): one real training iteration of LSP-Offload,
-ZeRO-Offload style and native training on a ~1B random-weight LLaMA, timed after warm-up, with the ratios next to
-the time model's for the same machine. Writes ``$OUT/gpu_check.json`` (or ``--out``).
+DeepSpeed's ZeRO-Offload, this package's ZeRO-style ablation and native training on a random-weight LLaMA (``1b``:
+1.14 B parameters; ``6.7b`` with ``--mem-cap-gb 24``: the case where native does not fit), timed after warm-up,
+with peak memory and the ratios next to the time model's for the same machine. Writes ``$OUT/gpu_check.json`` (or
+``--out``); a method that fails (out of memory included) is recorded and the others still run.
 
     PYTHONUNBUFFERED=1 python -m offload_trainer.gpu_check            # ~3-5 min on an H200
+    python -m offload_trainer.gpu_check --model 6.7b --mem-cap-gb 24 --methods lsp,deepspeed_zero_offload,native
 """
 from __future__ import annotations
 
@@ -21,13 +24,18 @@ HARDWARE_PRESET = "h200"
 only for the modeled ratios next to the measured ones."""
 
 
-def _model(dtype, device):
+MODELS = {"1b": (2048, 5504, 20, 16), "6.7b": (4096, 11008, 32, 32)}
+"""(hidden, intermediate, layers, heads) of the random LLaMAs (vocabulary 32,000): 1.14 B and 6.7 B parameters."""
+
+
+def _model(dtype, device, size: str = "1b"):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=32000, hidden_size=2048, intermediate_size=5504, num_hidden_layers=20,
-                      num_attention_heads=16, num_key_value_heads=16, max_position_embeddings=4096,
+    h, f, n, heads = MODELS[size]
+    cfg = LlamaConfig(vocab_size=32000, hidden_size=h, intermediate_size=f, num_hidden_layers=n,
+                      num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=4096,
                       tie_word_embeddings=False)
     with torch.device(device):
         m = LlamaForCausalLM(cfg).to(dtype)
@@ -37,8 +45,9 @@ def _model(dtype, device):
     return m
 
 
-def _setup(method: str, d: int, r: int, overlap: bool):
-    """The model and the optimizer side of ``method`` on the GPU: (model, LSP scheduler, ZeRO offload, optimizer)."""
+def _setup(method: str, d: int, r: int, overlap: bool, size: str = "1b", batch: int = 4):
+    """The model and the optimizer side of ``method`` on the GPU: (model, LSP scheduler, ZeRO offload, optimizer,
+    DeepSpeed engine)."""
     import torch
 
     from .config import ModelConfig
@@ -48,10 +57,20 @@ def _setup(method: str, d: int, r: int, overlap: bool):
 
     targets = ModelConfig().target_modules
     native = method == "native"
-    model = _model(torch.float32 if native else torch.bfloat16, torch.device("cuda"))
+    # DeepSpeed casts the model to bf16 itself and keeps the fp32 master weights on the host
+    fp32 = native or method == "deepspeed_zero_offload"
+    model = _model(torch.float32 if fp32 else torch.bfloat16, torch.device("cuda"), size)
     for p in model.parameters():
         p.requires_grad_(False)
-    sched = zero = opt = None
+    sched = zero = opt = ds = None
+    if method == "deepspeed_zero_offload":
+        from .ds_zero import DeepSpeedZeroOffload
+
+        ws = [m.weight for _, m in find_target_linears(model, targets)]
+        for w in ws:
+            w.requires_grad_(True)
+        ds = DeepSpeedZeroOffload(model, ws, batch, 1, 1e-4, (0.9, 0.999), 1e-8)
+        return ds.engine, sched, zero, opt, ds
     if method == "lsp":
         layers = wrap_model(model, targets, d, r, seed=0, weight_dtype=torch.bfloat16)
         sched = LayerwiseScheduler(layers, 1e-4, overlap=overlap)
@@ -63,7 +82,7 @@ def _setup(method: str, d: int, r: int, overlap: bool):
             opt = torch.optim.AdamW(ws, lr=1e-4, fused=True)
         else:
             zero = _ZeroOffload(ws, 1e-4, (0.9, 0.999), 1e-8, delayed=method.endswith("delayed"))
-    return model, sched, zero, opt
+    return model, sched, zero, opt, ds
 
 
 def _profile(step, method: str, path: str) -> None:
@@ -85,7 +104,7 @@ def _profile(step, method: str, path: str) -> None:
 
 
 def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profile: str | None = None,
-            overlap: bool = True) -> dict[str, Any]:
+            overlap: bool = True, size: str = "1b") -> dict[str, Any]:
     """One method's median iteration time after two warm-up steps; ``profile``: a path where the PyTorch profiler's
     tables (by GPU time and by CPU time) of two more steps are written; ``overlap`` (LSP): the layer-wise schedule
     overlapped with the backward (False: every layer's tasks after it, the synchronous reference)."""
@@ -93,7 +112,7 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profi
 
     dev = torch.device("cuda")
     torch.cuda.reset_peak_memory_stats()
-    model, sched, zero, opt = _setup(method, d, r, overlap)
+    model, sched, zero, opt, ds = _setup(method, d, r, overlap, size, batch)
     n_params = sum(p.numel() for p in model.parameters())
     native = method == "native"
     g = torch.Generator(device=dev).manual_seed(0)
@@ -104,6 +123,10 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profi
             sched.begin_step(True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=native):
             loss = model(input_ids=ids, labels=ids).loss
+        if ds is not None:
+            ds.backward(loss)
+            ds.step()
+            return loss
         loss.backward()
         if sched is not None:
             sched.end_step()
@@ -125,9 +148,11 @@ def measure(method: str, batch: int, seq: int, iters: int, d: int, r: int, profi
         sched.close()
     if zero is not None:
         zero.close()
+    if ds is not None:
+        ds.close()
     out = {"iteration_s": t.wall, "all_s": t.wall_s, "host_cpu_s": t.cpu,
            "peak_gpu_gb": torch.cuda.max_memory_allocated() / 1e9, "params": n_params}
-    model = sched = zero = opt = None  # free the GPU memory before the next method
+    model = sched = zero = opt = ds = None  # free the GPU memory before the next method
     torch.cuda.empty_cache()
     return out
 
@@ -140,7 +165,10 @@ def main(argv=None) -> dict[str, Any]:
     ap.add_argument("--d", type=int, default=512)
     ap.add_argument("--r", type=int, default=4)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "results"), "gpu_check.json"))
-    ap.add_argument("--methods", default="native,lsp,zero_offload,zero_offload_delayed",
+    ap.add_argument("--model", default="1b", choices=sorted(MODELS))
+    ap.add_argument("--mem-cap-gb", type=float, default=0.0,
+                    help="cap this process's GPU memory (torch.cuda.set_per_process_memory_fraction); 0: none")
+    ap.add_argument("--methods", default="native,lsp,deepspeed_zero_offload,zero_offload,zero_offload_delayed",
                     help="comma-separated; lsp_sync: LSP with the synchronous (not overlapped) schedule")
     ap.add_argument("--profile", action="store_true",
                     help="also write each method's PyTorch profiler tables next to --out (<method>_profile.txt)")
@@ -153,13 +181,17 @@ def main(argv=None) -> dict[str, Any]:
     mach = machine()
     print(machine_line(mach), flush=True)
     res: dict[str, Any] = {"machine": mach, "device": torch.cuda.get_device_name(0), "batch": a.batch, "seq": a.seq,
-                           "d": a.d, "r": a.r, "cpu_threads": torch.get_num_threads()}
+                           "d": a.d, "r": a.r, "cpu_threads": torch.get_num_threads(), "model": a.model,
+                           "mem_cap_gb": a.mem_cap_gb}
+    if a.mem_cap_gb:
+        total = torch.cuda.get_device_properties(0).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, a.mem_cap_gb * 1e9 / total))
     for m in a.methods.split(","):
         t0 = time.perf_counter()
         prof = os.path.join(os.path.dirname(os.path.abspath(a.out)), f"{m}_profile.txt") if a.profile else None
         try:
             res[m] = measure("lsp" if m == "lsp_sync" else m, a.batch, a.seq, a.iters, a.d, a.r, prof,
-                             overlap=m != "lsp_sync")
+                             overlap=m != "lsp_sync", size=a.model)
         except Exception as e:  # noqa: BLE001 - one method failing must not lose the others' measurements
             import traceback
 
@@ -170,15 +202,18 @@ def main(argv=None) -> dict[str, Any]:
             print(f"{m:22s} {res[m]['iteration_s']:.3f}s/iter  peak {res[m]['peak_gpu_gb']:.1f} GB "
                   f"({time.perf_counter() - t0:.0f}s)", flush=True)
         write_json(a.out, res, indent=2)  # after every method: a run cut short keeps what it measured
-    ok = {m: res[m]["iteration_s"] for m in ("native", "lsp", "zero_offload") if "iteration_s" in res.get(m, {})}
+    ok = {m: res[m]["iteration_s"] for m in ("native", "lsp", "zero_offload", "deepspeed_zero_offload")
+          if "iteration_s" in res.get(m, {})}
     res["measured"] = {k: ok[x] / ok[y] for k, x, y in (("lsp_vs_zero", "lsp", "zero_offload"),
+                                                        ("lsp_vs_deepspeed", "lsp", "deepspeed_zero_offload"),
                                                         ("lsp_vs_native", "lsp", "native")) if x in ok and y in ok}
     try:
         from shared_ir.hardware import load_preset
 
         from .planner import ModelSpec, PlanParams, plan_time
 
-        spec = ModelSpec("llama-1b-check", 2048, 5504, 20, 16, 32000)
+        h, f, n, heads = MODELS[a.model]
+        spec = ModelSpec(f"llama-{a.model}-check", h, f, n, heads, 32000)
         res["modeled"] = plan_time(spec, a.batch, a.seq, load_preset(HARDWARE_PRESET), PlanParams(d=a.d, r=a.r))
         res["modeled_hardware"] = HARDWARE_PRESET
     except Exception as e:  # the measurement matters more than the model

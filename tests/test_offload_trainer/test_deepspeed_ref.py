@@ -1,4 +1,5 @@
 """DeepSpeed's CPU Adam as the peer of ours: the same Adam on the same flat buffer, or a stated reason it is absent."""
+import os
 import sys
 
 import pytest
@@ -64,3 +65,18 @@ def test_deepspeed_zero_offload_trains_exactly_as_full_fine_tuning():
     a, b = weights["full_ft"], weights["deepspeed_zero_offload"]
     assert a.keys() == b.keys()
     assert max(float((a[k] - b[k]).abs().max()) for k in a) < 1e-5
+
+
+def test_the_one_rank_launcher_variables_do_not_outlive_the_engine(monkeypatch):
+    """Left set, RANK/LOCAL_RANK/MASTER_PORT would make a later HF Trainer child process join a process group on a
+    port this process holds."""
+    from offload_trainer.ds_zero import _rank0_env
+
+    for k in ("MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")
+    with _rank0_env():
+        assert os.environ["LOCAL_RANK"] == "0" and os.environ["WORLD_SIZE"] == "1"
+        assert int(os.environ["MASTER_PORT"]) > 0 and os.environ["MASTER_ADDR"] == "10.0.0.1"
+    assert not {"MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"} & set(os.environ)
+    assert os.environ["MASTER_ADDR"] == "10.0.0.1"
