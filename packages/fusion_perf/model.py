@@ -468,11 +468,13 @@ class Compiled:
         tpre, spre, step = self._prefixes(F)
         box, perinst = self._boxes(F, mx, tpre, step)
         reads, fills, upd, nacc = self._counts(F, batched, perinst, tpre, spre, step)
-        need = self._capacity(box, mx, batched, check, feas)
+        nest = self.arch.semantics.nest_calls
+        # TileFlow's own analysis checks capacity by TileFlow's rule (in _nest), the closed form by its slots
+        need = self._capacity(box, mx, batched, check and not nest, feas if not nest else np.ones_like(feas))
         self._check_fanout(F, batched, check, feas)
         self._check_concurrent(F, mx, batched, check, feas)
-        if self.arch.semantics.nest_calls:
-            return self._nest(F, feas, need, spre, batched)
+        if nest:
+            return self._nest(F, feas, need, spre, batched, check)
         total, cyc, comp, slow, fill_drain = self._cycles(F, mx, tpre, nacc)
         energy = self._energy(reads, fills, upd)
         if batched:
@@ -480,19 +482,28 @@ class Compiled:
         self._last_cycles = (cyc, comp)
         return self._result(F, reads, fills, upd, total, energy, slow, need, fill_drain, spre)
 
-    def _nest(self, F: list, feas, need: dict, spre: dict, batched: bool):
-        """TileFlow's own analysis (``nest_calls``, :mod:`fusion_perf.nest`) of each feasible factor vector; the
-        checks above still apply."""
+    def _nest(self, F: list, feas, need: dict, spre: dict, batched: bool, check: bool = True):
+        """TileFlow's own analysis (``nest_calls``, :mod:`fusion_perf.nest`) of each feasible factor vector, with
+        TileFlow's capacity rule (:meth:`fusion_perf.nest.NestAnalysis.capacity_violation`); the other checks
+        above still apply."""
         from .nest import NestAnalysis
 
         if batched:
             cyc, en = np.full(len(feas), np.inf), np.full(len(feas), np.inf)
             for b in np.flatnonzero(feas):
                 na = NestAnalysis(self, [int(f[b]) for f in F])
+                if na.capacity_violation() is not None:
+                    feas[b] = False
+                    continue
                 cyc[b] = na.run()
                 en[b] = na.energy
             return BatchResult(cyc, en, feas)
         na = NestAnalysis(self, F)
+        bad = na.capacity_violation() if check else None
+        if bad is not None:
+            path, lv, words, cap, fp = bad
+            raise CapacityError(path, self.arch.levels[lv].name, words, cap,
+                                f"TileFlow's rule; tensors of this tile: {fp}")
         total = na.run()
         tabs = [[{} for _ in self.arch.levels] for _ in range(3)]
         for (name, t), c in na.counts.items():

@@ -43,6 +43,7 @@ entry per consumer), counting its fills twice; the CSVs have them once, as here 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -355,6 +356,27 @@ class NestAnalysis:
         for c in n.children:
             self._expansion(c, e)
 
+    # --- TileFlow's memory check (checker.cpp MemoryConstraintParser) ----------------------------------------
+    def capacity_violation(self):
+        """TileFlow's capacity rule: at every profiled temporal tile, the tensors it reads or updates, each of
+        footprint ``Π_dims Σ_terms |coeff|·span`` (``span`` the factors of the tile's subtree, a scope taking each
+        dimension's max over its children), fit the words of one instance of the tile's level. Data an
+        intermediate keeps between the ops of a scope is not counted (TileFlow's rule, looser than the closed
+        form's). Returns the first violation ``(path, level index, words, capacity, {tensor: words})`` or None."""
+        for n in self._nodes():
+            if n.kind != "tile" or n.spatial or not n.profile:
+                continue
+            lv = self.nlev - 1 - n.level
+            cap = self.arch.levels[lv].capacity_words
+            fp = {}
+            for t in self.tensors:
+                if t in n.read or t in n.update:
+                    fp[t] = math.prod(sum(abs(cf) * n.span[d] for d, cf in term) for term in self.proj[t])
+            need = sum(fp.values())
+            if need > cap:
+                return n.path, lv, need, cap, fp
+        return None
+
     # --- working sets --------------------------------------------------------------------------------------
     def _space(self, x: tuple, span: dict, keep) -> dict:
         """The tensors ``keep`` touched by the operation box at ``x`` of extent ``span`` (``OperationSpace``)."""
@@ -574,12 +596,23 @@ class NestAnalysis:
         todo = {t: set(deltas) for t in self.tensors}
         links = self._links(n, last, deltas, epochs, todo)
         stat = {}
+        fam = isinstance(deltas, _Family)
         for t in self.tensors:
+            temp: dict = {}
+            if fam:  # one set translated: equal sets are equal offsets, all of one size
+                size = deltas.sizes.get(t, 0)
+                if size:
+                    offs = deltas.offs
+                    for mc in Counter(offs[k][t] for k in todo[t]).values():
+                        a = temp.setdefault(mc, [0, 0])
+                        a[0] += size * epochs
+                        a[1] += 1
+                stat[t] = {(mc, sc): float(acc) for mc, (acc, sc) in temp.items()}
+                continue
             groups: dict = {}
             for k in todo[t]:
                 g = groups.setdefault(_key(deltas, k, t), [0, k])
                 g[0] += 1
-            temp: dict = {}
             for mc, k in groups.values():
                 size = _tsize(deltas, k, t)
                 if size:
@@ -597,8 +630,12 @@ class NestAnalysis:
         links: dict = {}
         fam = isinstance(deltas, _Family) and isinstance(last, _Family)
         for t in self.tensors:
-            pairs = _family_pairs(deltas, last, t) if fam else \
-                ((cur, prev) for cur in deltas for prev in _neighbours(cur, hs, vs) if prev in last)
+            if fam:
+                n_linked = _family_links(deltas, last, t, hs, vs, todo[t])
+                if n_linked:
+                    links[t] = links.get(t, 0) + n_linked * deltas.sizes[t] * epochs
+                continue
+            pairs = ((cur, prev) for cur in deltas for prev in _neighbours(cur, hs, vs) if prev in last)
             for cur, prev in pairs:
                 size = _tsize(deltas, cur, t)
                 if size and cur in todo[t] and cur // hs < vs and prev in _neighbours(cur, hs, vs) and \
@@ -727,6 +764,42 @@ def _family_pairs(deltas: "_Family", last: "_Family", t) -> list:
     for prev in last:
         at.setdefault(tuple(o + w for o, w in zip(last.offs[prev][t], want)), []).append(prev)
     return [(cur, prev) for cur in deltas for prev in at.get(deltas.offs[cur][t], ())]
+
+
+def _family_links(deltas: "_Family", last: "_Family", t, hs: int, vs: int, todo: set) -> int:
+    """How many instances of ``todo`` get their set of ``t`` over a link: the one-pass form of testing
+    :func:`_family_pairs` with :func:`_same` and the neighbour rule; the linked instances leave ``todo``. Both
+    families being one set translated, a pair's sets are equal iff the two base sets are, shifted by the bounds'
+    difference (tested once)."""
+    size = deltas.sizes.get(t, 0)
+    if not size or size != last.sizes.get(t, 0):
+        return 0
+    db, lb = deltas.bounds.get(t, ()), last.bounds.get(t, ())
+    if not db or [hi - lo for lo, hi in db] != [hi - lo for lo, hi in lb]:
+        return 0
+    want = tuple(b[0] - a[0] for a, b in zip(db, lb))
+    shifted = tuple(tuple((lo + w, hi + w) for (lo, hi), w in zip(bx, want)) for bx in deltas.base.get(t, ()))
+    if not _same(shifted, last.base.get(t, ())):
+        return 0
+    at: dict = {}
+    loffs = last.offs
+    for prev in loffs:
+        at.setdefault(loffs[prev][t], []).append(prev)
+    shift = any(want)
+    doffs = deltas.offs
+    linked = []
+    for cur in doffs:
+        if cur not in todo or cur // hs >= vs:
+            continue
+        h, v = cur % hs, cur // hs
+        key = tuple(o - w for o, w in zip(doffs[cur][t], want)) if shift else doffs[cur][t]
+        for prev in at.get(key, ()):
+            h2, v2 = prev % hs, prev // hs
+            if abs(h - h2) + abs(v - v2) == 1 and v2 < vs:
+                linked.append(cur)
+                break
+    todo.difference_update(linked)
+    return len(linked)
 
 
 def _hull(s: tuple) -> tuple:
