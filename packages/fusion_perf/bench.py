@@ -40,15 +40,16 @@ import numpy as np
 # so the small scale refines fewer starts there, without kicks; within an arch every template gets the same budget.
 SCALES = {"small": {"n_random": 600, "iterations": 24, "rollouts": 256, "restarts": 4, "top_k": 8, "kicks": 1,
                     "sweep": 4, "per_arch": {"cloud_accel": {"top_k": 4, "kicks": 0, "sweep": 2}},
-                    "tileflow_files": {"archs": ["edge"], "budget": {}},
+                    "tileflow_files": {"attention": {"archs": ["edge"], "budget": {}},
+                                       "conv": {"archs": ["cloud"], "budget": {}}},
                     "seed_spread": {"seeds": [0, 1], "archs": ["edge_accel", "cloud_accel"],
                                     "shapes": {"edge_accel": ["ViT-Base/14", "ViT-Huge/14", "ViT-Large/16",
                                                               "ViT-Huge/16"],
                                                "cloud_accel": ["Bert-Base", "ViT-Huge/14"]}}},
           "full": {"n_random": 2000, "iterations": 160, "rollouts": 256, "restarts": 8, "top_k": 64, "kicks": 4,
                    "sweep": 8, "per_arch": {},
-                   "tileflow_files": {"archs": ["edge", "cloud"],
-                                      "budget": {"iterations": 32, "restarts": 2, "top_k": 8, "refine_sweeps": 8}},
+                   "tileflow_files": {c: {"archs": a, "budget": {"iterations": 32, "top_k": 8, "refine_sweeps": 8}}
+                                      for c, a in (("attention", ["edge", "cloud"]), ("conv", ["cloud"]))},
                    "seed_spread": {"seeds": [0, 1, 2], "archs": ["edge_accel", "cloud_accel"],
                                    "shapes": ["Bert-Small", "Bert-Base", "Bert-Large", "ViT-Base/14", "ViT-Large/14",
                                               "ViT-Huge/14", "ViT-Base/16", "ViT-Large/16", "ViT-Huge/16"]}}}
@@ -259,31 +260,42 @@ def bench_dse(budget: dict, archs=("edge_accel", "cloud_accel"), shapes=None, wo
     return out
 
 
-def bench_tileflow_files(spec: dict, shapes, workers: int) -> dict:
-    """The attention DSE on TileFlow's own 13-test-attention files (:mod:`fusion_perf.tileflow_dse`), TileFlow's
-    mapper's own picks replayed under its rules, and the DSE's best per dataflow against the mapper's."""
+def bench_tileflow_files(spec: dict, workers: int) -> dict:
+    """The DSE on TileFlow's own test-case files (:mod:`fusion_perf.tileflow_dse`) per case, TileFlow's mapper's
+    own picks replayed under its rules, and the DSE's best per mapping file against the mapper's."""
     from . import mapper_reference, tileflow_dse
 
-    ref = mapper_reference.load()["entries"]
-    out = tileflow_dse.run(spec["archs"], shapes, budget=spec["budget"], workers=workers,
-                           mapper={k: e["cycles"] for k, e in ref.items()})
-    chk = mapper_reference.check()
-    pairs = []
-    for a in spec["archs"]:
-        for r in out[a]["rows"]:
-            for df in tileflow_dse.DATAFLOWS:
-                e = ref.get(f"{r['shape']}/{df}/{a}")
-                if e is not None and math.isfinite(r["cycles"][df]):
-                    pairs.append({"entry": f"{r['shape']}/{df}/{a}", "mapper_cycles": e["cycles"],
-                                  "dse_cycles": r["cycles"][df], "mapper_over_dse": e["cycles"] / r["cycles"][df]})
-    ratios = [p["mapper_over_dse"] for p in pairs]
-    out["vs_tileflow_mapper"] = {
-        "definition": "per (shape, dataflow, arch): cycles of TileFlow's mapper's pick / cycles of the DSE's best "
-                      "(> 1: the DSE found a faster mapping of the same file)",
-        "mapper_timeout_s": chk["meta"]["mapper_timeout_s"], "geomean": tileflow_dse.geomean(ratios),
-        "min": min(ratios, default=float("nan")), "dse_at_least_as_good": sum(x >= 1 for x in ratios),
-        "points": len(pairs), "rows": pairs}
-    return out, chk
+    out = {}
+    for name, sp in spec.items():
+        ref = mapper_reference.load(name)["entries"]
+        r = tileflow_dse.run(sp["archs"], None, budget=sp["budget"], workers=workers,
+                             mapper={k: e["cycles"] for k, e in ref.items()}, case=name)
+        chk = mapper_reference.check(name)
+        pairs = []
+        for a in sp["archs"]:
+            for row in r[a]["rows"]:
+                for df in tileflow_dse.TASKS[name].dataflows:
+                    e = ref.get(f"{row['shape']}/{df}/{a}")
+                    if e is not None and math.isfinite(row["cycles"][df]):
+                        pairs.append({"entry": f"{row['shape']}/{df}/{a}", "mapper_cycles": e["cycles"],
+                                      "dse_cycles": row["cycles"][df],
+                                      "mapper_over_dse": e["cycles"] / row["cycles"][df]})
+        ratios = [p["mapper_over_dse"] for p in pairs]
+        r["vs_tileflow_mapper"] = {
+            "definition": "per (shape, mapping file, arch): cycles of TileFlow's mapper's pick / cycles of the DSE's "
+                          "best (> 1: the DSE found a faster mapping of the same file)",
+            "mapper_timeout_s": chk["meta"].get("mapper_timeout_s"), "geomean": tileflow_dse.geomean(ratios),
+            "min": min(ratios, default=float("nan")), "dse_at_least_as_good": sum(x >= 1 for x in ratios),
+            "points": len(pairs), "rows": pairs}
+        r["mapper_replay"] = chk
+        out[name] = r
+        vs = r["vs_tileflow_mapper"]
+        print(f"  {name}: TileFlow's mapper's picks replayed: cycles equal {chk['cycles_equal_fraction']:.4f} of "
+              f"{chk['points']}, energy max rel err {chk['energy_max_rel_err']:.1e}; DSE vs mapper geomean "
+              f"{vs['geomean']:.2f}x (mapper / DSE cycles, min {vs['min']:.2f}, "
+              f"DSE at least as good on {vs['dse_at_least_as_good']} of "
+              f"{len(pairs)})", flush=True)
+    return out
 
 
 def main(argv=None) -> int:
@@ -326,19 +338,15 @@ def main(argv=None) -> int:
     res["reduced"] = REDUCED[a.scale]
     res["jobs"] = a.jobs
     res.update(bench_dse(budget, shapes=a.shapes, workers=a.jobs))
-    print("attention DSE on TileFlow's own files (13-test-attention, semantics: tileflow), every mapping file "
-          "and the FLAT variants with the same budget:", flush=True)
-    tf, chk = bench_tileflow_files(sc["tileflow_files"], a.shapes, a.jobs)
-    res["attention_dse_tileflow_files"] = tf
-    if "edge" in tf:
-        res["attention_dse"]["edge_accel"]["geomean_vs_strongest_flat"] = tf["edge"]["geomean_vs_strongest_flat"]
-    if "cloud" in tf:
-        res["attention_dse"]["cloud_accel"]["geomean_vs_strongest_flat"] = tf["cloud"]["geomean_vs_strongest_flat"]
-    res["tileflow_mapper_replay"] = {k: v for k, v in chk.items()}
-    print(f"  TileFlow's mapper picks replayed: cycles equal {chk['cycles_equal_fraction']:.4f} of {chk['points']}, "
-          f"energy max rel err {chk['energy_max_rel_err']:.1e}; DSE vs mapper geomean "
-          f"{tf['vs_tileflow_mapper']['geomean']:.2f}x (mapper / DSE cycles, min "
-          f"{tf['vs_tileflow_mapper']['min']:.2f})", flush=True)
+    print("DSE on TileFlow's own test-case files (semantics: tileflow), every mapping file and derived baseline "
+          "with the same budget:", flush=True)
+    tf = bench_tileflow_files(sc["tileflow_files"], a.jobs)
+    res["attention_dse_tileflow_files"] = tf.get("attention")
+    res["conv_chain_tileflow_files"] = tf.get("conv")
+    for k, preset in (("edge", "edge_accel"), ("cloud", "cloud_accel")):
+        if k in tf.get("attention", {}):
+            res["attention_dse"][preset]["geomean_vs_strongest_flat"] = \
+                tf["attention"][k]["geomean_vs_strongest_baseline"]
     res["wall_s"] = time.perf_counter() - t0
     ru_self, ru_kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     res["cpu_s"] = ru_self.ru_utime + ru_self.ru_stime + ru_kids.ru_utime + ru_kids.ru_stime
@@ -356,13 +364,13 @@ def main(argv=None) -> int:
                   f"vs FLAT-HGran {v['geomean_speedup_vs_flat_hgran']:.2f}x (the reference's 1.8x baseline), "
                   f"vs FLAT-HGran-split {v['geomean_speedup_vs_flat_hgran_split']:.2f}x, "
                   f"vs FLAT-RGran {v['geomean_speedup_vs_flat_rgran']:.2f}x")
-    for k in ("edge", "cloud"):
-        if k in res["attention_dse_tileflow_files"]:
-            v = res["attention_dse_tileflow_files"][k]
-            print(f"  TileFlow files {k:5} geomean best vs strongest FLAT {v['geomean_vs_strongest_flat']:.2f}x "
-                  f"(paper about 1.8x), tileflow.yaml vs strongest FLAT "
-                  f"{v['geomean_tileflow_vs_strongest_flat']:.2f}x, "
-                  f"best vs no-fuse {v['geomean_vs_layerwise']:.2f}x")
+    for name, r in tf.items():
+        for k in ("edge", "cloud"):
+            if k in r:
+                print(f"  TileFlow {name} files {k:5} geomean best vs strongest {r['baselines'][0]} "
+                      f"{r[k]['geomean_vs_strongest_baseline']:.2f}x (paper: about 1.8x attention, 1.28x conv), "
+                      f"tileflow.yaml {r[k]['geomean_tileflow_vs_strongest_baseline']:.2f}x, best vs layer-by-layer "
+                      f"{r[k]['geomean_vs_layerwise']:.2f}x")
     print(f"  seed_spread           {100 * res['seed_spread']:.2f}% (target <= 5%)")
     print(f"  conv_chain            geomean best fused vs Fused-Layer "
           f"{res['conv_chain']['geomean_vs_fused_layer']:.2f}x (reference 1.28x)")

@@ -1,11 +1,11 @@
-"""Reference data from TileFlow's own mapper on its attention case: ``python -m fusion_perf.mapper_reference
---tileflow BIN [--timeout 30] [--workdir DIR] [--out JSON]``.
+"""Reference data from TileFlow's own mapper on its cases: ``python -m fusion_perf.mapper_reference --case
+attention|conv --tileflow BIN [--timeout 30] [--workdir DIR] [--out JSON]``.
 
-Runs the TileFlow binary on ``tests/cases/13-test-attention`` exactly as the case's ``script.py`` does (its
-files unchanged, one macro file per shape with ``tileflow-mapper: {timeout, objective: cycle}``), for the six
-dataflows, the nine shapes and the ``edge`` and ``cloud`` architectures, and writes what it printed (cycles,
-energy and the factors of its ``***Optimal Mapping``, one ``{dim: factor}`` per tile in tree order) to
-``examples/tileflow_cases/13-test-attention/result/mapper.json``. The tests and the DSE evaluate those
+Runs the TileFlow binary on a case of :data:`fusion_perf.tileflow_dse.TASKS` (``tests/cases/13-test-attention``,
+``12-test-fused-cnn``) as the case's ``script.py`` does (its files unchanged, one macro file per shape with
+``tileflow-mapper: {timeout, objective: cycle}``), for every dataflow, shape and architecture of the case, and
+writes what it printed (cycles, energy and the factors of its ``***Optimal Mapping``, one ``{dim: factor}`` per
+tile in tree order) to the case's ``result/mapper.json``. The tests and the DSE evaluate those
 mappings under ``semantics: tileflow`` and compare with the printed cycles and energy, and compare the DSE's
 best per dataflow with the mapper's (CI cannot build TileFlow, so the data is committed).
 
@@ -23,15 +23,19 @@ from pathlib import Path
 from typing import Any
 
 from .tileflow_cases import printed_tiles
-from .tileflow_dse import ARCHS, CASE, DATAFLOWS, SHAPES
-
-DEFAULT_OUT = CASE / "result" / "mapper.json"
+from .tileflow_dse import ATTENTION, TASKS, Case
 
 
-def _macro_text(macros: dict, output: Path, timeout: int) -> str:
+def _case(case: Case | str) -> Case:
+    return TASKS[case] if isinstance(case, str) else case
+
+
+def _macro_text(macros: dict, output: Path, timeout: int, case: Case) -> str:
     lines = ["macro:"] + [f"  {k}: {v}" for k, v in macros.items()]
-    return "\n".join(lines + [f"output: {output}", "tileflow-mapper:", f"  timeout: {timeout}",
-                              "  objective: cycle", "verbose: 1", ""])
+    lines += [f"output: {output}", "tileflow-mapper:", f"  timeout: {timeout}", "  objective: cycle", "verbose: 1"]
+    if case.name == "conv":  # as the case's script.py writes it
+        lines += ["check:", "  loopcount: False"]
+    return "\n".join(lines + [""])
 
 
 def parse_output(csv_path: Path, mapping_path: Path) -> dict[str, Any]:
@@ -44,21 +48,22 @@ def parse_output(csv_path: Path, mapping_path: Path) -> dict[str, Any]:
     return {"cycles": float(metrics["Cycle"]), "energy_pj": float(metrics["Energy"]), "tiles": tiles}
 
 
-def collect(tileflow: str | None, workdir: Path, timeout: int) -> dict[str, Any]:
+def collect(tileflow: str | None, workdir: Path, timeout: int, case: Case | str = ATTENTION) -> dict[str, Any]:
     """Runs (or reuses) every (arch, shape, dataflow) and returns the entries keyed ``shape/dataflow/arch``;
     with ``tileflow`` None only the runs already in ``workdir`` are read."""
+    case = _case(case)
     workdir.mkdir(parents=True, exist_ok=True)
     out: dict[str, Any] = {}
-    for arch in ARCHS:
-        for shape, macros in SHAPES:
-            for df in DATAFLOWS:
+    for arch in case.archs:
+        for shape, macros in case.shapes:
+            for df in case.dataflows:
                 tag = f"{shape}-{df}-{arch}"
                 res = workdir / tag
                 if not Path(f"{res}.csv").is_file() and tileflow:
                     macro = workdir / f"{tag}.macro.yaml"
-                    macro.write_text(_macro_text(macros, res, timeout))
-                    cmd = [tileflow, str(CASE / "map" / f"{df}.yaml"), str(CASE / "arch" / f"{arch}.yaml"),
-                           str(CASE / "prob" / "attention.yaml"), str(macro)]
+                    macro.write_text(_macro_text(macros, res, timeout, case))
+                    cmd = [tileflow, str(case.dir / "map" / f"{df}.yaml"), str(case.dir / "arch" / f"{arch}.yaml"),
+                           str(case.dir / case.problem), str(macro)]
                     with open(workdir / f"{tag}.log", "w") as log:
                         subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, timeout=timeout * 4 + 60)
                 if Path(f"{res}.csv").is_file():
@@ -69,12 +74,14 @@ def collect(tileflow: str | None, workdir: Path, timeout: int) -> dict[str, Any]
     return out
 
 
-def load(path: Path = DEFAULT_OUT) -> dict[str, Any]:
-    """The committed reference: ``{"meta": ..., "entries": {"shape/dataflow/arch": {cycles, energy_pj, tiles}}}``."""
-    return json.loads(Path(path).read_text())
+def load(case: Case | str = ATTENTION) -> dict[str, Any]:
+    """A case's committed reference: ``{"meta": ..., "entries": {"shape/dataflow/arch": {cycles, energy_pj,
+    tiles}}}`` (no entries when the case has none)."""
+    path = _case(case).dir / "result" / "mapper.json"
+    return json.loads(path.read_text()) if path.is_file() else {"meta": {}, "entries": {}}
 
 
-def replay(key: str, entry: dict[str, Any], semantics: str = "tileflow"):
+def replay(key: str, entry: dict[str, Any], semantics: str = "tileflow", case: Case | str = ATTENTION):
     """The mapper's mapping of entry ``shape/dataflow/arch`` (its printed factors put into the unchanged mapping
     file) evaluated under ``semantics``: a :class:`fusion_perf.result.Result`."""
     from .model import evaluate
@@ -82,24 +89,25 @@ def replay(key: str, entry: dict[str, Any], semantics: str = "tileflow"):
     from .tileflow_dse import _read, load_case
     from .tileflow_io import parse_mapping
 
+    case = _case(case)
     shape, df, arch = key.split("/")
-    macros = dict(SHAPES)[shape]
-    prob, arch_, _ = load_case(arch, df, macros)
-    m = CASE / "map" / f"{df}.yaml"
+    macros = dict(case.shapes)[shape]
+    prob, arch_, _ = load_case(arch, df, macros, case)
+    m = case.dir / "map" / f"{df}.yaml"
     doc = fill_factors(_read(m)["mapping"], [dict(t) for t in entry["tiles"]], f"{m}: mapping")
     tree = parse_mapping(doc, macros, f"{m}: mapping", True)
     return evaluate(prob, arch_.with_semantics(semantics), tree)
 
 
-def check(path: Path = DEFAULT_OUT, keys: list[str] | None = None) -> dict[str, Any]:
-    """Every (or the given) mapper entries replayed under ``semantics: tileflow``: per entry the printed and our
-    cycles and energy; the fraction of equal cycles and the worst energy error."""
-    ref = load(path)
+def check(case: Case | str = ATTENTION, keys: list[str] | None = None) -> dict[str, Any]:
+    """Every (or the given) mapper entries of a case replayed under ``semantics: tileflow``: per entry the printed
+    and our cycles and energy; the fraction of equal cycles and the worst energy error."""
+    ref = load(case)
     rows = []
     for key, e in ref["entries"].items():
         if keys and key not in keys:
             continue
-        r = replay(key, e)
+        r = replay(key, e, case=case)
         rows.append({"entry": key, "tileflow_cycles": e["cycles"], "cycles": r.cycles,
                      "tileflow_energy_pj": e["energy_pj"], "energy_pj": r.energy_pj,
                      "energy_rel_err": abs(r.energy_pj - e["energy_pj"]) / e["energy_pj"]})
@@ -111,15 +119,18 @@ def check(path: Path = DEFAULT_OUT, keys: list[str] | None = None) -> dict[str, 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m fusion_perf.mapper_reference", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", default="attention", choices=sorted(TASKS))
     ap.add_argument("--tileflow", help="the TileFlow binary (its libraries on LD_LIBRARY_PATH); without it only "
                                        "the runs already in --workdir are read")
     ap.add_argument("--timeout", type=int, default=30, help="the mapper's timeout per run, seconds")
     ap.add_argument("--workdir", default="tileflow-mapper-runs", help="where the runs' files go")
     ap.add_argument("--commit", default="d72d278", help="the TileFlow commit the binary was built from")
-    ap.add_argument("--out", default=str(DEFAULT_OUT))
+    ap.add_argument("--out", default=None, help="default: the case's result/mapper.json")
     a = ap.parse_args(argv)
-    entries = collect(a.tileflow, Path(a.workdir), a.timeout)
-    meta = {"tool": "pku-liang/TileFlow", "commit": a.commit, "case": "tests/cases/13-test-attention",
+    case = TASKS[a.case]
+    a.out = a.out or str(case.dir / "result" / "mapper.json")
+    entries = collect(a.tileflow, Path(a.workdir), a.timeout, case)
+    meta = {"tool": "pku-liang/TileFlow", "commit": a.commit, "case": f"tests/cases/{case.dir.name}",
             "mapper_timeout_s": a.timeout, "objective": "cycle"}
     tmp = f"{a.out}.tmp{os.getpid()}"
     with open(tmp, "w") as f:

@@ -1,39 +1,62 @@
-"""The attention DSE on TileFlow's own inputs: its ``tests/cases/13-test-attention`` files (the ``edge`` and
-``cloud`` architectures, the two-op attention problem and the six dataflow mappings ``no-fuse``, ``flat``,
-``chimera``, ``flash-attention``, ``pipeline`` and ``tileflow``) read unchanged, every free factor (``?``)
-searched with the same budget, over the nine Bert/ViT shapes of the case's ``script.py``.
+"""The DSE on TileFlow's own inputs: its test cases' architecture, problem and dataflow mapping files read
+unchanged, every free factor (``?`` or a factor name) searched with the same budget, over the shapes of the case's
+``script.py``, under TileFlow's own rules.
 
-The headline compares the best dataflow with the **strongest** FLAT variant: TileFlow's ``flat.yaml`` as shipped
-(heads over the buffer instances) and ``flat-rowsplit``, the same mapping whose instance-level spatial tiles also
-split a head's rows (``M``) — a FLAT that uses all buffer instances when there are fewer heads than instances, or
-heads that do not divide among them. Both keep FLAT's defining property: the score matrix ``C`` never leaves the
-chip (``bypass: [C]`` at the DRAM level), which is why the root ``M`` loop cannot be dropped (a FLAT whose ``C`` is
-spilled is layer-by-layer, the ``no-fuse`` row). ``python -m fusion_perf.tileflow_dse`` prints the table.
+* ``attention`` (``tests/cases/13-test-attention``): the ``edge`` and ``cloud`` architectures, the two-op
+  attention problem and six mappings (``no-fuse``, ``flat``, ``chimera``, ``flash-attention``, ``pipeline``,
+  ``tileflow``), nine Bert/ViT shapes. The baseline is the **strongest** FLAT: ``flat.yaml`` as shipped (heads
+  over the buffer instances) and ``flat-rowsplit``, the same mapping whose instance-level spatial tiles also split
+  a head's rows (``M``), a FLAT that uses every buffer instance when the heads do not divide among them. Both keep
+  FLAT's defining property, the score matrix ``C`` never leaves the chip (``bypass: [C]`` at DRAM), which is why
+  the root ``M`` loop cannot be dropped (a FLAT whose ``C`` is spilled is layer-by-layer, the ``no-fuse`` row).
+* ``conv`` (``tests/cases/12-test-fused-cnn``): two chained convolutions (3x3 then 1x1) and four mappings
+  (``naive`` = layer-by-layer, ``isos``, ``fused-layer``, ``tileflow``), the case's shapes CC2-CC5 on ``cloud``.
+  The baseline is Fused-Layer (``fused-layer.yaml``, Alwani et al.). Left out, with the reason: ``edge`` (its
+  register file holds 6 words and no mapping of the case fits a 3x3 filter's tiles there; TileFlow's own mapper
+  finds no candidate either) and CC1 (a 3x3 second conv, whose window loops the case's mappings leave out of the
+  first op; TileFlow runs it with its loop-count check off).
+
+The runs' baselines also take TileFlow's own mapper's result on the baseline's file when it is faster (the
+committed reference data, :mod:`fusion_perf.mapper_reference`). ``python -m fusion_perf.tileflow_dse`` prints the
+tables and writes JSON + CSV.
 """
 from __future__ import annotations
 
 import copy
 import math
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .errors import FusionPerfError
 from .tileflow_cases import CASES
 from .tileflow_io import parse_arch, parse_mapping, parse_problem, yaml_load
 
-CASE = CASES / "13-test-attention"
-# (name, macros) exactly as the case's script.py lists them (B H M N A L)
-SHAPES: list[tuple[str, dict[str, int]]] = [
-    (n, dict(zip("BHMNAL", v))) for n, v in (
-        ("BERT-small", (1, 8, 512, 64, 64, 512)), ("BERT-base", (1, 12, 512, 64, 64, 512)),
-        ("BERT-large", (1, 16, 512, 64, 64, 512)), ("ViT_14-Base", (1, 12, 256, 64, 64, 256)),
-        ("ViT_14-Large", (1, 16, 256, 64, 64, 256)), ("ViT_14-High", (1, 16, 256, 80, 80, 256)),
-        ("ViT_16-Base", (1, 12, 192, 64, 64, 192)), ("ViT_16-Large", (1, 16, 192, 64, 64, 192)),
-        ("ViT_16-High", (1, 16, 192, 80, 80, 192)))]
-DATAFLOWS = ("no-fuse", "flat", "chimera", "flash-attention", "pipeline", "tileflow")
-FLAT_VARIANTS = ("flat", "flat-rowsplit")
-ARCHS = ("edge", "cloud")
+
+@dataclass(frozen=True)
+class Case:
+    """One TileFlow test case as the DSE runs it."""
+
+    name: str
+    dir: Path
+    problem: str
+    """The problem file, relative to ``dir``."""
+    dataflows: tuple[str, ...]
+    """Mapping files ``map/<name>.yaml``."""
+    baselines: tuple[str, ...]
+    """The baseline family: mapping names (of ``dataflows`` or ``derived``); the strongest one counts."""
+    layerwise: str
+    archs: tuple[str, ...]
+    shapes: list[tuple[str, dict[str, int]]] = field(default_factory=list)
+    derived: dict[str, tuple[str, Callable]] = field(default_factory=dict)
+    """Extra mappings: name -> (mapping file it derives from, transform of the file's YAML document)."""
+
+    @property
+    def mappings(self) -> tuple[str, ...]:
+        return (*self.dataflows, *self.derived)
+
+
 # The rules the DSE evaluates by: TileFlow's own analysis and capacity check (``semantics: tileflow``), which
 # reproduce what TileFlow prints on the mappings its mapper picks for these files; the closed-form ``reference``
 # rules charge an intermediate bypassed below its ops' scope to DRAM, TileFlow keeps it in the PEs
@@ -67,15 +90,36 @@ def rowsplit(mapping: Mapping) -> dict:
     return out
 
 
-def load_case(arch: str, dataflow: str, macros: Mapping[str, int], case: Path = CASE):
-    """(problem, arch, tree) of one architecture file, mapping file (or ``flat-rowsplit``) and shape."""
-    a = case / "arch" / f"{arch}.yaml"
-    p = case / "prob" / "attention.yaml"
-    name = "flat" if dataflow == "flat-rowsplit" else dataflow
-    m = case / "map" / f"{name}.yaml"
+_ATT_SHAPES = (("BERT-small", (1, 8, 512, 64, 64, 512)), ("BERT-base", (1, 12, 512, 64, 64, 512)),
+               ("BERT-large", (1, 16, 512, 64, 64, 512)), ("ViT_14-Base", (1, 12, 256, 64, 64, 256)),
+               ("ViT_14-Large", (1, 16, 256, 64, 64, 256)), ("ViT_14-High", (1, 16, 256, 80, 80, 256)),
+               ("ViT_16-Base", (1, 12, 192, 64, 64, 192)), ("ViT_16-Large", (1, 16, 192, 64, 64, 192)),
+               ("ViT_16-High", (1, 16, 192, 80, 80, 192)))
+_CONV_SHAPES = (("CC2", (1, 144, 144, 32, 64, 80, 3, 3, 1, 1)), ("CC3", (1, 56, 56, 64, 128, 64, 3, 3, 1, 1)),
+                ("CC4", (1, 28, 28, 128, 256, 128, 3, 3, 1, 1)), ("CC5", (1, 224, 224, 16, 64, 16, 3, 3, 1, 1)))
+ATTENTION = Case("attention", CASES / "13-test-attention", "prob/attention.yaml",
+                 ("no-fuse", "flat", "chimera", "flash-attention", "pipeline", "tileflow"),
+                 ("flat", "flat-rowsplit"), "no-fuse", ("edge", "cloud"),
+                 [(n, dict(zip("BHMNAL", v))) for n, v in _ATT_SHAPES],  # the script's B H M N A L
+                 {"flat-rowsplit": ("flat", rowsplit)})
+CONV = Case("conv", CASES / "12-test-fused-cnn", "prob/prob.yaml", ("naive", "isos", "fused-layer", "tileflow"),
+            ("fused-layer",), "naive", ("cloud",),
+            [(n, dict(zip(("B", "H", "W", "C", "L", "K", "R", "S", "U", "V"), v))) for n, v in _CONV_SHAPES])
+TASKS = {c.name: c for c in (ATTENTION, CONV)}
+# the attention case's names, as the tests and the bench use them
+CASE, SHAPES, DATAFLOWS, ARCHS = ATTENTION.dir, ATTENTION.shapes, ATTENTION.dataflows, ATTENTION.archs
+FLAT_VARIANTS = ATTENTION.baselines
+
+
+def load_case(arch: str, dataflow: str, macros: Mapping[str, int], case: Case = ATTENTION):
+    """(problem, arch, tree) of one architecture file, mapping (a file or a derived one) and shape."""
+    a = case.dir / "arch" / f"{arch}.yaml"
+    p = case.dir / case.problem
+    base, transform = case.derived.get(dataflow, (dataflow, None))
+    m = case.dir / "map" / f"{base}.yaml"
     mdoc = _read(m)
-    if dataflow == "flat-rowsplit":
-        mdoc = rowsplit(mdoc)
+    if transform is not None:
+        mdoc = transform(mdoc)
     arch_ = parse_arch(_read(a)["architecture"], f"{a}: architecture")
     prob = parse_problem(_read(p)["problem"], macros, f"{p}: problem")
     tree = parse_mapping(mdoc["mapping"], macros, f"{m}: mapping", True)
@@ -83,12 +127,13 @@ def load_case(arch: str, dataflow: str, macros: Mapping[str, int], case: Path = 
 
 
 def search_case(arch: str, dataflow: str, macros: Mapping[str, int], seed: int = 0,
-                budget: Mapping[str, Any] | None = None, semantics: str = SEMANTICS) -> dict:
+                budget: Mapping[str, Any] | None = None, semantics: str = SEMANTICS,
+                case: Case = ATTENTION) -> dict:
     """The best mapping of one dataflow found with the budget: cycles, energy, evaluations, the tree."""
     from .model import evaluate
     from .search import search
 
-    prob, arch_, tree = load_case(arch, dataflow, macros)
+    prob, arch_, tree = load_case(arch, dataflow, macros, case)
     arch_ = arch_.with_semantics(semantics)
     t0 = time.perf_counter()
     try:
@@ -101,8 +146,9 @@ def search_case(arch: str, dataflow: str, macros: Mapping[str, int], seed: int =
 
 
 def _job(job: tuple) -> dict:
-    arch, shape, dataflow, seed, budget, semantics = job
-    r = search_case(arch, dataflow, dict(SHAPES)[shape], seed, budget, semantics)
+    case, arch, shape, dataflow, seed, budget, semantics = job
+    c = TASKS[case]
+    r = search_case(arch, dataflow, dict(c.shapes)[shape], seed, budget, semantics, c)
     r.pop("tree", None)
     return r
 
@@ -114,7 +160,7 @@ def _pool_map(fn, jobs: list, workers: int, progress: bool) -> list:
         for j in jobs:
             out.append(fn(j))
             if progress:
-                print(f"  [{len(out)}/{len(jobs)}] {j[0]} {j[1]} {j[2]}: {out[-1]['cycles']:,.0f}", flush=True)
+                print(f"  [{len(out)}/{len(jobs)}] {j[1]} {j[2]} {j[3]}: {out[-1]['cycles']:,.0f}", flush=True)
         return out
     import multiprocessing as mp
     import os
@@ -129,7 +175,7 @@ def _pool_map(fn, jobs: list, workers: int, progress: bool) -> list:
             out[i] = f.result()
             if progress:
                 j = jobs[i]
-                print(f"  [{k}/{len(jobs)}] {j[0]} {j[1]} {j[2]}: {out[i]['cycles']:,.0f} cycles "
+                print(f"  [{k}/{len(jobs)}] {j[1]} {j[2]} {j[3]}: {out[i]['cycles']:,.0f} cycles "
                       f"({out[i]['search_s']:.0f} s)", flush=True)
     return out
 
@@ -139,75 +185,85 @@ def geomean(xs: Sequence[float]) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
-def _row(shape: str, res: Mapping[str, dict], mapper_flat: float | None = None) -> dict:
-    """One shape's comparison: the best mapping searched and its ratios to the baselines. ``mapper_flat``:
-    the cycles of TileFlow's own mapper on ``flat.yaml``, a FLAT candidate too when it beats the DSE's."""
+def _row(case: Case, shape: str, res: Mapping[str, dict], mapper: Mapping[str, float]) -> dict:
+    """One shape's comparison: the best mapping searched and its ratios to the baselines. ``mapper``: the cycles
+    of TileFlow's own mapper per mapping file of this shape; on a baseline's file it joins the baseline family
+    when it beats the DSE's."""
     cyc = {k: v["cycles"] for k, v in res.items()}
-    best = min(cyc, key=cyc.get)  # every mapping searched, the FLAT variant included
-    flats = {k: cyc[k] for k in FLAT_VARIANTS}
-    if mapper_flat is not None:
-        flats["flat (TileFlow's mapper)"] = mapper_flat
-    fl = min(flats, key=flats.get)
-    return {"shape": shape, "macros": dict(SHAPES)[shape], "cycles": cyc, "flat_candidates": flats,
+    best = min(cyc, key=cyc.get)  # every mapping searched, the derived baselines included
+    base = {k: cyc[k] for k in case.baselines}
+    for k in case.baselines:
+        if k in mapper:
+            base[f"{k} (TileFlow's mapper)"] = mapper[k]
+    sb = min(base, key=base.get)
+    return {"shape": shape, "macros": dict(case.shapes)[shape], "cycles": cyc, "baseline_candidates": base,
             "energy_pj": {k: v["energy_pj"] for k, v in res.items()},
-            "best": best, "best_cycles": cyc[best], "strongest_flat": fl,
-            "speedup_vs_strongest_flat": flats[fl] / cyc[best],
-            "speedup_vs_flat_as_shipped": cyc["flat"] / cyc[best],
-            "tileflow_vs_strongest_flat": flats[fl] / cyc["tileflow"],
-            "speedup_vs_layerwise": cyc["no-fuse"] / cyc[best],
+            "best": best, "best_cycles": cyc[best], "strongest_baseline": sb,
+            "speedup_vs_strongest_baseline": base[sb] / cyc[best],
+            "speedup_vs_baseline_as_shipped": cyc[case.baselines[0]] / cyc[best],
+            "tileflow_vs_strongest_baseline": base[sb] / cyc["tileflow"],
+            "speedup_vs_layerwise": cyc[case.layerwise] / cyc[best],
             "evaluations": {k: v.get("evaluations", 0) for k, v in res.items()},
             "search_s": sum(v["search_s"] for v in res.values()),
             "errors": {k: v["error"] for k, v in res.items() if "error" in v}}
 
 
-def run(archs: Sequence[str] = ARCHS, shapes: Sequence[str] | None = None, seed: int = 0,
+def _summary(rows: list[dict]) -> dict:
+    g = {k: geomean([r[f"{k}"] for r in rows]) for k in ("speedup_vs_strongest_baseline",
+                                                          "speedup_vs_baseline_as_shipped",
+                                                          "tileflow_vs_strongest_baseline", "speedup_vs_layerwise")}
+    return {"geomean_vs_strongest_baseline": g["speedup_vs_strongest_baseline"],
+            "geomean_vs_baseline_as_shipped": g["speedup_vs_baseline_as_shipped"],
+            "geomean_tileflow_vs_strongest_baseline": g["tileflow_vs_strongest_baseline"],
+            "geomean_vs_layerwise": g["speedup_vs_layerwise"], "rows": rows}
+
+
+def run(archs: Sequence[str] | None = None, shapes: Sequence[str] | None = None, seed: int = 0,
         budget: Mapping[str, Any] | None = None, semantics: str = SEMANTICS, workers: int = 2,
-        progress: bool = True, mapper: Mapping[str, float] | None = None) -> dict:
-    """The DSE over the architectures and shapes (every mapping of :data:`DATAFLOWS` and the FLAT variants,
-    the same budget each); per arch the rows and the geomeans. ``mapper``: ``{"shape/dataflow/arch": cycles}``
-    of TileFlow's own mapper, whose ``flat`` result joins the FLAT candidates (the strongest baseline)."""
-    names = [n for n, _ in SHAPES if not shapes or n in shapes]
-    mappings = (*DATAFLOWS, "flat-rowsplit")
-    jobs = [(a, n, df, seed, budget, semantics) for a in archs for n in names for df in mappings]
-    res = dict(zip([j[:3] for j in jobs], _pool_map(_job, jobs, workers, progress)))
-    out: dict = {}
+        progress: bool = True, mapper: Mapping[str, float] | None = None, case: Case | str = ATTENTION) -> dict:
+    """The DSE of one case over its architectures and shapes (every mapping, the same budget each); per arch
+    the rows and the geomeans. ``mapper``: ``{"shape/mapping/arch": cycles}`` of TileFlow's own mapper."""
+    case = TASKS[case] if isinstance(case, str) else case
+    archs = list(archs or case.archs)
+    names = [n for n, _ in case.shapes if not shapes or n in shapes]
+    jobs = [(case.name, a, n, df, seed, budget, semantics) for a in archs for n in names for df in case.mappings]
+    res = dict(zip([j[1:4] for j in jobs], _pool_map(_job, jobs, workers, progress)))
+    mapper = mapper or {}
+    out: dict = {"case": case.name}
     for a in archs:
-        rows = [_row(n, {df: res[(a, n, df)] for df in mappings}, (mapper or {}).get(f"{n}/flat/{a}"))
+        rows = [_row(case, n, {df: res[(a, n, df)] for df in case.mappings},
+                     {df: mapper[f"{n}/{df}/{a}"] for df in case.dataflows if f"{n}/{df}/{a}" in mapper})
                 for n in names]
         if progress:
             for r in rows:
-                fl = r["strongest_flat"]
-                print(f"  {a:5} {r['shape']:12} best {r['best']:15} {r['best_cycles']:11,.0f}  strongest FLAT "
-                      f"({fl}) {r['flat_candidates'][fl]:11,.0f}  x{r['speedup_vs_strongest_flat']:.2f}  tileflow.yaml "
-                      f"x{r['tileflow_vs_strongest_flat']:.2f}  vs no-fuse x{r['speedup_vs_layerwise']:.2f}",
-                      flush=True)
-        out[a] = {"geomean_vs_strongest_flat": geomean([r["speedup_vs_strongest_flat"] for r in rows]),
-                  "geomean_vs_flat_as_shipped": geomean([r["speedup_vs_flat_as_shipped"] for r in rows]),
-                  "geomean_tileflow_vs_strongest_flat": geomean([r["tileflow_vs_strongest_flat"] for r in rows]),
-                  "geomean_vs_layerwise": geomean([r["speedup_vs_layerwise"] for r in rows]),
-                  "rows": rows}
+                sb = r["strongest_baseline"]
+                print(f"  {a:5} {r['shape']:12} best {r['best']:15} {r['best_cycles']:11,.0f}  strongest baseline "
+                      f"({sb}) {r['baseline_candidates'][sb]:11,.0f}  x{r['speedup_vs_strongest_baseline']:.2f}  "
+                      f"tileflow.yaml x{r['tileflow_vs_strongest_baseline']:.2f}  vs {case.layerwise} "
+                      f"x{r['speedup_vs_layerwise']:.2f}", flush=True)
+        out[a] = _summary(rows)
+    out["baselines"] = list(case.baselines)
     out["budget_per_mapping"] = {**BUDGET, **(budget or {}), "seed": seed}
     out["semantics"] = semantics
-    out["files"] = f"pku-liang/TileFlow tests/cases/13-test-attention (copied unchanged to {CASE.name})"
+    out["files"] = f"pku-liang/TileFlow tests/cases/{case.dir.name} (copied unchanged)"
     return out
 
 
-def write_csv(out: Mapping[str, Any], path: str) -> None:
+def write_csv(out: Mapping[str, Any], path: str, case: Case = ATTENTION) -> None:
     """One row per (arch, shape): the cycles of every mapping, the best and the ratios."""
     import csv
     import os
 
-    mappings = (*DATAFLOWS, "flat-rowsplit")
     tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["arch", "shape", *mappings, "best", "strongest_flat", "speedup_vs_strongest_flat",
-                    "tileflow_vs_strongest_flat", "speedup_vs_layerwise"])
-        for a in ARCHS:
+        w.writerow(["arch", "shape", *case.mappings, "best", "strongest_baseline", "speedup_vs_strongest_baseline",
+                    "tileflow_vs_strongest_baseline", "speedup_vs_layerwise"])
+        for a in case.archs:
             for r in out.get(a, {}).get("rows", []):
-                w.writerow([a, r["shape"], *(r["cycles"][m] for m in mappings), r["best"], r["strongest_flat"],
-                            f"{r['speedup_vs_strongest_flat']:.4f}", f"{r['tileflow_vs_strongest_flat']:.4f}",
-                            f"{r['speedup_vs_layerwise']:.4f}"])
+                w.writerow([a, r["shape"], *(r["cycles"][m] for m in case.mappings), r["best"],
+                            r["strongest_baseline"], f"{r['speedup_vs_strongest_baseline']:.4f}",
+                            f"{r['tileflow_vs_strongest_baseline']:.4f}", f"{r['speedup_vs_layerwise']:.4f}"])
     os.replace(tmp, path)
 
 
@@ -218,33 +274,41 @@ def main(argv=None) -> int:
 
     from .errors import cli_count
 
-    ap = argparse.ArgumentParser(prog="python -m fusion_perf.tileflow_dse", description=__doc__)
-    ap.add_argument("--archs", nargs="*", default=list(ARCHS), choices=ARCHS)
-    ap.add_argument("--shapes", nargs="*", default=None, choices=[n for n, _ in SHAPES])
+    ap = argparse.ArgumentParser(prog="python -m fusion_perf.tileflow_dse", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--case", default="attention", choices=sorted(TASKS))
+    ap.add_argument("--archs", nargs="*", default=None, help="architecture files of the case (default: its list)")
+    ap.add_argument("--shapes", nargs="*", default=None, help="shapes of the case (default: all)")
     ap.add_argument("--workers", type=cli_count(1), default=2, help="processes for the searches (default 2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--semantics", default=SEMANTICS, choices=["tileflow", "reference", "project"],
                     help="the rules the searches evaluate by (default: TileFlow's own)")
-    ap.add_argument("--mapper", default=str(CASE / "result" / "mapper.json"),
-                    help="TileFlow's mapper's results (fusion_perf.mapper_reference), whose FLAT joins the baselines")
-    ap.add_argument("--out", default="results/fusion_perf-tileflow-dse.json", help="JSON; the CSV goes beside it")
+    ap.add_argument("--out", default=None, help="JSON (default results/fusion_perf-tileflow-<case>.json); the CSV "
+                                                "goes beside it")
     a = ap.parse_args(argv)
+    case = TASKS[a.case]
+    for name, known in (("archs", case.archs), ("shapes", [n for n, _ in case.shapes])):
+        bad = [x for x in getattr(a, name) or [] if x not in known]
+        if bad:
+            ap.error(f"--{name}: {bad[0]!r} is not one of the {case.name} case's {list(known)}")
+    mpath = case.dir / "result" / "mapper.json"
     mapper = None
-    if a.mapper and os.path.isfile(a.mapper):
-        with open(a.mapper) as f:
+    if mpath.is_file():
+        with open(mpath) as f:
             mapper = {k: e["cycles"] for k, e in json.load(f)["entries"].items()}
-    out = run(a.archs, a.shapes, a.seed, None, a.semantics, a.workers, mapper=mapper)
-    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
-    tmp = f"{a.out}.tmp{os.getpid()}"
+    out = run(a.archs, a.shapes, a.seed, None, a.semantics, a.workers, mapper=mapper, case=case)
+    path = a.out or f"results/fusion_perf-tileflow-{case.name}.json"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
     with open(tmp, "w") as f:
         json.dump(out, f, indent=1)
-    os.replace(tmp, a.out)
-    write_csv(out, os.path.splitext(a.out)[0] + ".csv")
-    for k in a.archs:
-        print(f"{k}: best vs strongest FLAT x{out[k]['geomean_vs_strongest_flat']:.2f} geomean, tileflow.yaml vs "
-              f"strongest FLAT x{out[k]['geomean_tileflow_vs_strongest_flat']:.2f}, best vs no-fuse "
+    os.replace(tmp, path)
+    write_csv(out, os.path.splitext(path)[0] + ".csv", case)
+    for k in a.archs or case.archs:
+        print(f"{k}: best vs strongest {case.baselines[0]} x{out[k]['geomean_vs_strongest_baseline']:.2f} geomean, "
+              f"tileflow.yaml x{out[k]['geomean_tileflow_vs_strongest_baseline']:.2f}, best vs {case.layerwise} "
               f"x{out[k]['geomean_vs_layerwise']:.2f}")
-    print(f"wrote {a.out}")
+    print(f"wrote {path}")
     return 0
 
 
