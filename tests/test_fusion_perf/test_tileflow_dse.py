@@ -52,7 +52,7 @@ def test_the_mappers_own_mappings_reproduce_its_cycles_and_energy():
 @pytest.mark.slow
 def test_every_mapper_entry_reproduces():
     r = mr.check()
-    assert r["points"] >= 54 and r["cycles_equal_fraction"] == 1.0 and r["energy_max_rel_err"] < 1e-5
+    assert r["points"] == 108 and r["cycles_equal_fraction"] == 1.0 and r["energy_max_rel_err"] < 1e-5
 
 
 def test_tileflows_capacity_rule_is_the_one_applied_under_its_analysis():
