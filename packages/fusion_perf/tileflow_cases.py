@@ -22,7 +22,7 @@ from .errors import InputFormatError
 from .tileflow_io import parse_arch, parse_mapping, parse_problem, yaml_load
 
 CASES = Path(__file__).resolve().parent / "examples" / "tileflow_cases"
-_LOOP = re.compile(r"^\s*for (\w+) in \[0:(?:[X?]\d*\((\d+)\)|(\d+))\)( \(Spatial-[XY]\))?, (\w+)\s*$")
+_LOOP = re.compile(r"^\s*for (\w+) in \[0:(?:[\w?]+\((\d+)\)|(\d+))\)( \(Spatial-[XY]\))?, (\w+)\s*$")
 _COUNTS = ("Read", "Fill", "Update")
 # TileFlow commit 4200e63 (2023-04-23) wrote the cases' result CSVs; its analysis differs from the released one
 CASE_SEMANTICS = "tileflow-4200e63"
