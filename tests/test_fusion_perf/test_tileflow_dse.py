@@ -21,6 +21,8 @@ def test_printed_tiles_read_the_mappers_question_marks():
     text = ("for B in [0:?(1)), L2\n  for H in [0:?0(8)), L2\n"
             "    for M in [0:?5(2)) (Spatial-X), L2\n      for A in [0:1), L0\n")
     assert printed_tiles(text, "x") == [{"B": 1, "H": 8}, {"M": 2}, {"A": 1}]
+    named = "for H in [0:HS(3)) (Spatial-Y), L2\n  for W in [0:WS(2)) (Spatial-X), L2\n"  # the conv case's names
+    assert printed_tiles(named, "x") == [{"H": 3, "W": 2}]
 
 
 def test_rowsplit_adds_a_free_row_factor_to_the_instance_level_spatial_tiles():
@@ -49,7 +51,6 @@ def test_the_mappers_own_mappings_reproduce_its_cycles_and_energy():
     assert r["energy_max_rel_err"] < 1e-5
 
 
-@pytest.mark.slow
 def test_every_mapper_entry_reproduces():
     r = mr.check()
     assert r["points"] == 108 and r["cycles_equal_fraction"] == 1.0 and r["energy_max_rel_err"] < 1e-5
@@ -94,3 +95,10 @@ def test_the_conv_case_searches_its_fused_layer_baseline_on_cloud():
     (row,) = out["cloud"]["rows"]
     assert set(row["cycles"]) == {"naive", "isos", "fused-layer", "tileflow"} and not row["errors"]
     assert row["strongest_baseline"] == "fused-layer" and row["speedup_vs_strongest_baseline"] >= 1.0
+
+
+def test_the_mappers_conv_picks_reproduce_its_cycles_and_energy():
+    """TileFlow's mapper on the 12-test-fused-cnn files (named factors, cloud): its printed cycles exactly."""
+    keys = [f"CC2/{df}/cloud" for df in td.CONV.dataflows]
+    r = mr.check("conv", keys)
+    assert r["points"] == len(keys) and r["cycles_equal_fraction"] == 1.0 and r["energy_max_rel_err"] < 1e-5
