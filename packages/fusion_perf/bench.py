@@ -20,7 +20,10 @@ with the point counts and sources under ``validation``; ``tileflow_rules_cycles_
 ``tileflow_rules_energy_max_rel_err`` (every point of both CSVs under TileFlow's own analysis, ``semantics:
 tileflow``, against the cycles and energy TileFlow printed); ``tileflow_result_csvs``: TileFlow's own test cases
 that ship result CSVs replayed with the factors its mapper printed under the rules of the commit that wrote them
-(:mod:`fusion_perf.tileflow_cases`), cycles, energy and per-level per-tensor counts side by side.
+(:mod:`fusion_perf.tileflow_cases`), cycles, energy and per-level per-tensor counts side by side;
+``attention_dse_tileflow_files`` / ``conv_chain_tileflow_files``: the DSE on TileFlow's own test-case files
+(:mod:`fusion_perf.tileflow_dse`, best vs the strongest FLAT / Fused-Layer), its mapper's picks replayed and the DSE
+against its mapper per file; ``attention_dse.edge_accel.geomean_vs_strongest_flat`` is the first's edge figure.
 """
 from __future__ import annotations
 
