@@ -6,6 +6,8 @@ import math
 import time
 from typing import Any, Sequence
 
+from shared_ir.benchkit import geomean
+
 from .arch import load_arch
 from .problem import Problem, attention, conv_chain
 from .search import TEMPLATES, explore
@@ -104,11 +106,6 @@ def compare(problem: Problem, arch: Any, templates: Sequence[str] = TEMPLATES, i
             out["speedup_vs_fused_layer"] = cyc[fl] / fused[bf]
     out["trees"] = {k: v.tree for k, v in res.items()}
     return out
-
-
-def geomean(xs: Sequence[float]) -> float:
-    xs = [x for x in xs if x and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 __all__ = ["ATTENTION_SHAPES", "CONV_SHAPES", "DSE_SEARCH", "REFERENCES", "FUSED_LAYER", "attention_problem",

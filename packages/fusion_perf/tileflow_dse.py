@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from shared_ir.benchkit import geomean
+
 from .errors import FusionPerfError
 from .tileflow_cases import CASES
 from .tileflow_io import parse_arch, parse_mapping, parse_problem, yaml_load
@@ -178,11 +180,6 @@ def _pool_map(fn, jobs: list, workers: int, progress: bool) -> list:
                 print(f"  [{k}/{len(jobs)}] {j[1]} {j[2]} {j[3]}: {out[i]['cycles']:,.0f} cycles "
                       f"({out[i]['search_s']:.0f} s)", flush=True)
     return out
-
-
-def geomean(xs: Sequence[float]) -> float:
-    xs = [x for x in xs if x and math.isfinite(x)]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
 def _row(case: Case, shape: str, res: Mapping[str, dict], mapper: Mapping[str, float]) -> dict:
