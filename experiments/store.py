@@ -45,6 +45,9 @@ CALLBACK_TARGET = "experiments.callbacks.StoreCallback"
 # jobs this process skipped because they ran elsewhere (claim_job): their rows belong to that other run, so
 # finish() leaves them alone (the Hydra callback still reports the skipped job as completed)
 _SKIPPED: set[tuple[str, str, str]] = set()
+# job locks kept past the task until finish() records the job's end: released earlier, a second process could
+# find the job neither locked nor done (on_job_end runs after the task returns) and run it again
+_HELD: dict[tuple[str, str, str], int] = {}
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -304,8 +307,9 @@ class ResultsStore:
             raise StoreError("error", "is required for a failed job", error)
         if summary is not None and not isinstance(summary, Mapping):
             raise StoreError("summary", f"must be a mapping, got {type(summary).__name__}", summary)
-        if _skip_id(self.path, sweep_id, key) in _SKIPPED:
-            _SKIPPED.discard(_skip_id(self.path, sweep_id, key))
+        sid = _skip_id(self.path, sweep_id, key)
+        if sid in _SKIPPED:
+            _SKIPPED.discard(sid)
             return
         now = time.time()
         summ = _dumps(dict(summary)) if summary is not None else None
@@ -328,8 +332,11 @@ class ResultsStore:
                 (sweep_id, key, experiment, ov, status, error, started, now,
                  (now - started) if started is not None else None, summ, out_dir, command, mach, run_id))
 
-        with self._connect() as conn:
-            self._write(conn, fn)
+        try:
+            with self._connect() as conn:
+                self._write(conn, fn)
+        finally:
+            _release(sid)
 
     def delete(self, sweep_id: str, key: str | None = None) -> int:
         """Forget one job (or a whole sweep when ``key`` is None); the number of rows removed."""
@@ -554,11 +561,17 @@ def _try_lock(path: Path) -> tuple[Optional[int], str]:
     return fd, ""
 
 
+def _release(sid: tuple[str, str, str]) -> None:
+    fd = _HELD.pop(sid, None)
+    if fd is not None:
+        os.close(fd)
+
+
 @contextlib.contextmanager
 def claim_job(cfg: Any = None, hydra_cfg: Any = None) -> Iterator[bool]:
     """The runner's resume hook around one Hydra job: yields False (skip it; a message says why) when the job is
     already done in the results store or another process is running it — two identical sweeps started together
-    run each job once — else True, holding the job's lock until the block ends.
+    run each job once — else True, holding the job's lock until :meth:`ResultsStore.finish` records its end.
 
     The lock is an ``flock`` on :func:`job_lock_path` beside the store: the kernel drops it when its process
     dies, so a killed job never blocks a rerun (a stale file is simply locked again). Where resume is off (see
@@ -585,11 +598,10 @@ def claim_job(cfg: Any = None, hydra_cfg: Any = None) -> Iterator[bool]:
         yield False
         return
     _SKIPPED.discard(sid)
-    try:
-        yield True
-    finally:
-        if fd >= 0:
-            os.close(fd)
+    _release(sid)
+    if fd >= 0:
+        _HELD[sid] = fd  # released by finish(), or by the kernel when the process ends
+    yield True
 
 
 __all__ = ["ResultsStore", "JobRow", "StoreError", "job_key", "normalize_overrides", "machine_info",

@@ -165,6 +165,31 @@ def test_should_skip_reads_the_configured_store(tmp_path, monkeypatch):
     assert st.store_settings(cfg_none) is None and not st.should_skip(None, cfg_none)
 
 
+def test_a_claimed_job_stays_locked_until_its_end_is_recorded(tmp_path, monkeypatch):
+    for v in (st.ENV_DB, st.ENV_SWEEP, st.ENV_RESUME):
+        monkeypatch.delenv(v, raising=False)
+    db = tmp_path / "s.db"
+    cfg = _hydra_cfg(["workload=mlp2"], {"db": db, "sweep_id": "t", "resume": "true"})
+    from omegaconf import open_dict
+
+    with open_dict(cfg):
+        cfg.hydra.overrides.task = ["workload=mlp2"]
+        cfg.hydra.runtime.choices.experiment = "ir_summary"
+    key = st.job_key("ir_summary", ["workload=mlp2"])
+    lock = st.job_lock_path(db, "t", key)
+    with st.claim_job(None, cfg) as mine:
+        assert mine
+    # the task has returned but the Hydra callback has not yet written the row: a second claim must not run it
+    fd, holder = st._try_lock(lock)
+    assert fd is None and f"pid {os.getpid()}" in holder
+    st.ResultsStore(db).finish("t", key, status="done", experiment="ir_summary", summary={})
+    fd, _ = st._try_lock(lock)
+    assert fd is not None
+    os.close(fd)
+    with st.claim_job(None, cfg) as mine:  # now done: skipped
+        assert not mine
+
+
 # ------------------------------------------------------------------------------------------------ callback
 # The runner with the resume hook the lead adds to experiments/run.py (applied here by patching, so the test holds
 # before and after that change).
