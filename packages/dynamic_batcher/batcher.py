@@ -134,6 +134,8 @@ class Batcher(Ops):
                 a = self.constant(a.value())
             refs.append((a.node, a.out))
         i = g.add(kind, tuple(refs), params, attrs, tuple(shapes), data, label)
+        if len(shapes) == 1:  # most nodes: no generator
+            return (Value(self, g, i, 0, tuple(shapes[0])),)
         return tuple(Value(self, g, i, o, tuple(s)) for o, s in enumerate(shapes))
 
     def _call_block(self, block: Block, args: list[Value], label: str) -> tuple[Value, ...]:

@@ -98,6 +98,8 @@ class BlockPlan:
         self.steps = [self._step(nodes, b, idx, order, cls, cid, in_index, staged) for b, idx, order in groups]
         self.batches = [list(o) for _, _, o in groups]
         self.stage = [(in_index[v], cid[cls[v]], lay.pos[v], math.prod(cls[v]) * F32) for v in sorted(staged)]
+        self.stage_slot = {i: (c, p) for i, c, p, _ in self.stage}
+        """Input index -> (shape class, slot) of the inputs copied into the arena."""
         self.outputs = [(cid[cls[o]], lay.pos[o]) for o in T.outputs]
         self.n_internal = len(comp)
         self.wparams = [st[4] for st in self.steps]
@@ -233,16 +235,26 @@ class BlockPlan:
         return torch.is_grad_enabled() and (any(p.tensor.requires_grad for p in self.params)
                                             or any(x.requires_grad for x in inputs))
 
-    def run(self, inputs: list, stats: ExecStats) -> list:
+    def arena(self, k: int) -> list:
+        """Uninitialised arenas of one run over ``k`` instances: per shape class, (slots, k, *shape)."""
+        import torch
+
+        return [torch.empty((s, k) + shp) for s, shp in zip(self.sizes, self.class_shapes)]
+
+    def run(self, inputs: list, stats: ExecStats, ar: list | None = None, placed: set | None = None) -> list:
+        """Outputs of one batched run. ``ar``/``placed``: an arena from :meth:`arena` whose staging slots of the
+        inputs in ``placed`` already hold them (the executor gathered them there: one copy, not two)."""
         import torch
 
         if self.needs_grad(inputs):
             return self._run_grad(inputs, stats)
         self._fresh_weights()
         k = inputs[0].shape[0]
-        ar = [torch.empty((s, k) + shp) for s, shp in zip(self.sizes, self.class_shapes)]
+        if ar is None:
+            ar = self.arena(k)
         for i, c, p, nb in self.stage:
-            ar[c][p].copy_(inputs[i])
+            if placed is None or i not in placed:
+                ar[c][p].copy_(inputs[i])
             stats.staged_bytes += nb * k
         for (kind, attrs, args, out, _, shape), W in zip(self.steps, self.weights):
             xs = []
@@ -613,27 +625,39 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
     kinds = g.kind
     batches = plan.batches
     firsts = batches.first() if hasattr(batches, "first") else [b[0] for b in batches]
+    rows = _RowTable.of(g, firsts)
     for bi, (v0, specs) in enumerate(zip(firsts, plan.steps)):
         if failed and v0 in failed and kinds[v0] == "custom":
             store[bi] = _zeros(g, v0, 1)  # user code never sees the inputs of an instance that already failed
             continue
         try:
+            bp = block_plans[g.data[v0].name] if kinds[v0] == "block" else None
+            # a block input that the block stages into its arena is gathered straight into its slot
+            ar = bp.arena(len(batches[bi])) if bp is not None and rows is not None and bp.stage_slot else None
+            placed: set = set()
             xs = []
-            for s in specs:
+            for j, s in enumerate(specs):
                 if s[0] == "view":
                     xs.append(store[s[1]][s[2]][s[3]:s[4]])
                 elif s[0] == "bcast":
                     x = store[s[1]][s[2]][s[3]:s[3] + 1]
                     xs.append(x.expand((s[4],) + tuple(x.shape[1:])))
                 else:
-                    xs.append(torch.cat([store[r[0]][r[1]][r[2]:r[3]] for r in s[1]]))
+                    slot = bp.stage_slot.get(j) if ar is not None else None
+                    dst = ar[slot[0]][slot[1]] if slot is not None else None
+                    x = rows.gather(store, s, dst) if rows is not None else None
+                    if x is not None and dst is not None:
+                        placed.add(j)
+                    xs.append(torch.cat([store[r[0]][r[1]][r[2]:r[3]] for r in s[1]]) if x is None else x)
                     stats.gathers += 1
                     stats.gather_bytes += s[2]
-            if kinds[v0] == "block":
-                store[bi] = block_plans[g.data[v0].name].run(xs, stats)
-                continue
-            stats.kernels += 1
-            store[bi] = [_batch_kernel(g, v0, batches[bi], xs)]
+            if bp is not None:
+                store[bi] = bp.run(xs, stats, ar, placed)
+            else:
+                stats.kernels += 1
+                store[bi] = [_batch_kernel(g, v0, batches[bi], xs)]
+            if rows is not None:
+                rows.put(bi, store[bi])
         except Exception as e:
             if failed is None:
                 raise
@@ -641,6 +665,58 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
             store[bi] = _zeros(g, v0, len(nodes))
             _poison(g, nodes, e, failed)
     return store
+
+
+class _RowTable:
+    """Where each batch output's rows live, for the compiled gather: one call copies every run of an argument set
+    (a Tree-LSTM minibatch has ~2,500 runs in ~90 gathers; a slice each through torch cost ~3 ms of ~12)."""
+
+    __slots__ = ("lib", "mo", "ptrs", "rows", "pa", "ra", "n")
+
+    @classmethod
+    def of(cls, g: DynGraph, firsts) -> "_RowTable | None":
+        from . import fastsim
+
+        lib = fastsim.load()
+        if lib is None or not lib.pylist:
+            return None
+        return cls(lib, max((len(g.shapes[v]) for v in firsts), default=1), len(firsts))
+
+    def __init__(self, lib, mo: int, nb: int):
+        import numpy as np
+
+        self.lib, self.mo, self.n = lib, mo, nb * mo
+        self.ptrs = np.zeros(self.n, dtype=np.int64)
+        self.rows = np.zeros(self.n, dtype=np.int64)
+        self.pa, self.ra = self.ptrs.ctypes.data, self.rows.ctypes.data
+
+    def put(self, bi: int, outs: list) -> None:
+        """Record batch ``bi``'s outputs: plain fp32 rows only (autograd must see copies of tensors needing grad)."""
+        import torch
+
+        base = bi * self.mo
+        for o, t in enumerate(outs):
+            if t.dtype == torch.float32 and t.is_contiguous() and not t.requires_grad and t.dim() > 0:
+                self.ptrs[base + o] = t.data_ptr()
+                self.rows[base + o] = t.shape[0]
+
+    def gather(self, store: list, spec: tuple, dst: Any = None) -> Any:
+        """The argument set of a ``("gather", runs, bytes)`` spec as one tensor (``dst`` when given: contiguous
+        fp32 of the right shape), or None (then torch gathers it)."""
+        import torch
+
+        b, o = spec[1][0][0], spec[1][0][1]
+        t0 = store[b][o]
+        if not self.ptrs[b * self.mo + o]:
+            return None
+        rb = t0.stride(0) * 4 if t0.dim() > 1 else 4
+        k = spec[2] // rb if spec[2] else sum(r[3] - r[2] for r in spec[1])
+        shape = (k,) + tuple(t0.shape[1:])
+        if dst is not None and (tuple(dst.shape) != shape or not dst.is_contiguous()):
+            return None
+        x = torch.empty(shape) if dst is None else dst
+        got = self.lib.dbx_gather(spec[1], self.pa, self.ra, self.n, self.mo, x.data_ptr(), rb, k)
+        return x if got == k else None
 
 
 def _zeros(g: DynGraph, v: int, k: int) -> list:

@@ -390,6 +390,34 @@ PyObject *dbs_steps_py(void *p, PyObject *sview, PyObject *sbcast, PyObject *sga
 }
 #endif
 
+#ifdef DB_PYLIST
+/* One gather of the executor: rows r0..r1 of output o of batch b, for each run (b, o, r0, r1) in order, copied
+   back to back into dst (rb bytes a row). ptrs/rows[b * mo + o]: the address and row count of that output, 0 when
+   it cannot be read as plain rows (not contiguous, another dtype, or autograd must see the copy). Returns the
+   rows written, or -1 (nothing usable: the caller gathers with torch) before writing past a bad run. */
+long long dbx_gather(PyObject *runs, const int64_t *ptrs, const int64_t *rows, int nsrc, int mo, char *dst,
+                     long long rb, long long cap) {
+  PyObject *seq = PySequence_Fast(runs, "runs");
+  if (!seq) { PyErr_Clear(); return -1; }
+  Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+  PyObject **it = PySequence_Fast_ITEMS(seq);
+  long long done = 0;
+  for (Py_ssize_t i = 0; i < n; i++) {
+    PyObject *t = it[i];
+    if (!PyTuple_Check(t) || PyTuple_GET_SIZE(t) != 4) { done = -1; break; }
+    long b = PyLong_AsLong(PyTuple_GET_ITEM(t, 0)), o = PyLong_AsLong(PyTuple_GET_ITEM(t, 1));
+    long r0 = PyLong_AsLong(PyTuple_GET_ITEM(t, 2)), r1 = PyLong_AsLong(PyTuple_GET_ITEM(t, 3));
+    long long slot = (long long)b * mo + o;
+    if (PyErr_Occurred() || b < 0 || o < 0 || o >= mo || slot >= nsrc || !ptrs[slot] || r0 < 0 || r1 < r0 ||
+        r1 > rows[slot] || done + (r1 - r0) > cap) { PyErr_Clear(); done = -1; break; }
+    memcpy(dst + done * rb, (const char *)(intptr_t)ptrs[slot] + (long long)r0 * rb, (size_t)((r1 - r0) * rb));
+    done += r1 - r0;
+  }
+  Py_DECREF(seq);
+  return done;
+}
+#endif
+
 /* batch (which 0) or row (which 1) of node v after dbs_steps_py */
 long long dbs_loc(void *p, int v, int which) { Sim *s = p; return s->loc[(int64_t)which * s->n + v]; }
 

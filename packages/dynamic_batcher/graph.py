@@ -27,16 +27,17 @@ class DynGraph:
         self.shapes: list[tuple] = []
         self.data: list[Any] = []
         self.type: list[int] = []
-        self.labels: list[str] = []
+        self._label_of: dict[int, str] = {}  # the few nodes with a user label
         self.sig_to_type: dict[tuple, int] = {}
         self.type_sig: list[tuple | None] = [None]  # type 0: unbatchable
         self.preds: list[tuple] = []  # distinct argument nodes
         self._h = 0  # rolling hash of the structure (types + argument references), updated per node
-        self.succ: list[list[int]] = []
         self.argflat: list[int] = []  # every argument as (src node, output index), flattened: planning converts it
         self.arity: list[int] = []  # to numpy in one call instead of walking the nested tuples per minibatch
         self.sources: list[int] = []  # nodes without arguments (the initial frontier)
-        self.indeg: list[int] = []  # distinct argument nodes per node, kept while recording (no pass per flush)
+        # successors and in-degrees are derived when a flush first needs them: appending them per node while
+        # recording was a fifth of the recording's own cost, and the compiled simulator reads argflat instead
+        self._succ: list[list[int]] | None = None
         self.results: Any = None  # set by the executor after a flush
         self.failed: dict[int, tuple] = {}  # node -> (node that raised, error) of a flush where an instance failed
         self.error: BaseException | None = None  # why the flush of this graph failed as a whole
@@ -75,24 +76,42 @@ class DynGraph:
         self.data.append(data)
         self.type.append(t)
         self._h = hash((self._h, t, args))
-        self.labels.append(label)
-        ps = tuple(dict.fromkeys(a for a, _ in args)) if len(args) > 1 else tuple(a for a, _ in args)
-        self.preds.append(ps)
-        self.indeg.append(len(ps))
-        self.succ.append([])
-        self.arity.append(len(args))
-        if args:
+        if label:
+            self._label_of[i] = label
+        na = len(args)
+        self.arity.append(na)
+        if na == 1:
+            self.preds.append((args[0][0],))
+            self.argflat += args[0]
+        elif na:
+            self.preds.append(tuple(dict.fromkeys(a for a, _ in args)))
             af = self.argflat
             for a in args:
                 af += a
-            for p in ps:
-                self.succ[p].append(i)
         else:
+            self.preds.append(())
             self.sources.append(i)
-        if self._frozen is not None or self._np:
+        if self._frozen is not None or self._np or self._succ is not None:
             self._frozen = None
             self._np = {}
+            self._succ = None
         return i
+
+    @property
+    def succ(self) -> list[list[int]]:
+        """Distinct successor nodes of every node (derived from ``preds`` on first use after recording)."""
+        if self._succ is None:
+            succ: list[list[int]] = [[] for _ in range(len(self.preds))]
+            for v, ps in enumerate(self.preds):
+                for p in ps:
+                    succ[p].append(v)
+            self._succ = succ
+        return self._succ
+
+    @property
+    def indeg(self) -> list[int]:
+        """Distinct argument nodes per node."""
+        return list(map(len, self.preds))
 
     def _bad_argument(self, i: int, kind: str, args: tuple, params: tuple, data: Any, label: str) -> None:
         """Raise for the first argument of a node-to-be that is not an output of an earlier node."""
@@ -135,7 +154,7 @@ class DynGraph:
         from .ir import _label
 
         extra = f"<{self.data[i].name}>" if self.kind[i] == "block" else ""
-        return self.labels[i] or _label(self.kind[i], i, self.params[i], extra)
+        return self._label_of.get(i) or _label(self.kind[i], i, self.params[i], extra)
 
     def type_key(self, t: int) -> str:
         """A stable text key of a type (the same signature in another minibatch gets the same key)."""
@@ -158,8 +177,8 @@ class DynGraph:
         if self._frozen is None:
             # node ids of a recorded graph are a topological order (arguments exist before their users)
             self._frozen = GraphView(self.type, self.preds, [self.type_key(t) for t in range(len(self.type_sig))],
-                                     names=None, labels=self, succ=self.succ, topo=range(self.n),
-                                     sources=self.sources, indeg=self.indeg)
+                                     names=None, labels=self, succ=self._succ, topo=range(self.n),
+                                     sources=self.sources, trusted=True)
             self._frozen.dyn = self  # the recorded graph: its flat numpy arrays feed the compiled simulator
         return self._frozen
 
@@ -179,25 +198,23 @@ class GraphView:
 
     def __init__(self, types: list[int], preds: list[tuple], type_keys: list[str], names: list[str] | None = None,
                  labels: Any = None, succ: list[list[int]] | None = None, topo: Any = None,
-                 sources: list[int] | None = None, indeg: list[int] | None = None):
+                 sources: list[int] | None = None, trusted: bool = False):
         self.n = len(types)
         self.types = types
         self.type_keys = type_keys
         self.ntypes = len(type_keys)
         self._names = names
         self._labels = labels
-        if succ is not None:  # trusted: deduplicated preds, matching succ, known topological order
+        self._succ = succ
+        if trusted or succ is not None:  # trusted: deduplicated preds in a topological order (succ built lazily)
             self.preds = preds
-            self.succ = succ
         else:
             self.preds = [tuple(dict.fromkeys(p)) for p in preds]  # dedupe, keep order
-            self.succ = [[] for _ in range(self.n)]
             for v, ps in enumerate(self.preds):
                 for p in ps:
                     if not 0 <= p < self.n:
                         raise BatcherError(f"node {self.name(v)}: argument refers to unknown node {p}")
-                    self.succ[p].append(v)
-        self.indeg = indeg if indeg is not None and succ is not None else [len(p) for p in self.preds]
+        self.indeg = list(map(len, self.preds))
         self.sources = sources if sources is not None else [v for v, d in enumerate(self.indeg) if not d]
         self.topo = topo if topo is not None else self._toposort()
         self._depth = None
@@ -205,6 +222,21 @@ class GraphView:
         self._lb = None
         self._gt = None
         self.dyn: "DynGraph | None" = None  # set for views of recorded graphs (ids are a topological order)
+
+    @property
+    def succ(self) -> list[list[int]]:
+        """Distinct successors of every node (built on first use)."""
+        if self._succ is None:
+            dyn = self._labels if isinstance(self._labels, DynGraph) else None
+            if dyn is not None and len(dyn.preds) == self.n:
+                self._succ = dyn.succ
+            else:
+                succ: list[list[int]] = [[] for _ in range(self.n)]
+                for v, ps in enumerate(self.preds):
+                    for p in ps:
+                        succ[p].append(v)
+                self._succ = succ
+        return self._succ
 
     def name(self, v: int) -> str:
         if self._names is not None:
