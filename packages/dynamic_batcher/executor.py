@@ -646,7 +646,7 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
                     slot = bp.stage_slot.get(j) if ar is not None else None
                     dst = ar[slot[0]][slot[1]] if slot is not None else None
                     x = rows.gather(store, s, dst) if rows is not None else None
-                    if x is not None and dst is not None:
+                    if dst is not None and x is dst:
                         placed.add(j)
                     xs.append(torch.cat([store[r[0]][r[1]][r[2]:r[3]] for r in s[1]]) if x is None else x)
                     stats.gathers += 1
@@ -669,9 +669,10 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
 
 class _RowTable:
     """Where each batch output's rows live, for the compiled gather: one call copies every run of an argument set
-    (a Tree-LSTM minibatch has ~2,500 runs in ~90 gathers; a slice each through torch cost ~3 ms of ~12)."""
+    (a Tree-LSTM minibatch has ~2,500 runs in ~90 gathers; a slice each through torch cost ~3 ms of ~12, and in
+    training each slice's backward allocated a zero tensor of its whole source: ~45 ms of a ~100 ms step)."""
 
-    __slots__ = ("lib", "mo", "ptrs", "rows", "pa", "ra", "n")
+    __slots__ = ("lib", "mo", "ptrs", "rows", "grad", "pa", "ra", "ga", "n")
 
     @classmethod
     def of(cls, g: DynGraph, firsts) -> "_RowTable | None":
@@ -688,35 +689,106 @@ class _RowTable:
         self.lib, self.mo, self.n = lib, mo, nb * mo
         self.ptrs = np.zeros(self.n, dtype=np.int64)
         self.rows = np.zeros(self.n, dtype=np.int64)
-        self.pa, self.ra = self.ptrs.ctypes.data, self.rows.ctypes.data
+        self.grad = np.zeros(self.n, dtype=np.int8)
+        self.pa, self.ra, self.ga = self.ptrs.ctypes.data, self.rows.ctypes.data, self.grad.ctypes.data
 
     def put(self, bi: int, outs: list) -> None:
-        """Record batch ``bi``'s outputs: plain fp32 rows only (autograd must see copies of tensors needing grad)."""
+        """Record batch ``bi``'s outputs that are plain contiguous fp32 rows (and which of them need grad)."""
         import torch
 
         base = bi * self.mo
         for o, t in enumerate(outs):
-            if t.dtype == torch.float32 and t.is_contiguous() and not t.requires_grad and t.dim() > 0:
+            if t.dtype == torch.float32 and t.is_contiguous() and t.dim() > 0:
                 self.ptrs[base + o] = t.data_ptr()
                 self.rows[base + o] = t.shape[0]
+                self.grad[base + o] = t.requires_grad
+
+    def _shape(self, store: list, spec: tuple) -> tuple | None:
+        """(rows, row bytes, row shape) of a gather spec, None when its first source is not in the table."""
+        b, o = spec[1][0][0], spec[1][0][1]
+        if not self.ptrs[b * self.mo + o]:
+            return None
+        t0 = store[b][o]
+        rb = t0.stride(0) * 4 if t0.dim() > 1 else 4
+        k = spec[2] // rb if spec[2] else sum(r[3] - r[2] for r in spec[1])
+        return k, rb, tuple(t0.shape[1:])
+
+    def call(self, runs, ptrs: int, buf: int, rb: int, k: int, mode: int) -> int:
+        return self.lib.dbx_gather(runs, ptrs, self.ra, self.ga, self.n, self.mo, buf, rb, k, mode)
 
     def gather(self, store: list, spec: tuple, dst: Any = None) -> Any:
         """The argument set of a ``("gather", runs, bytes)`` spec as one tensor (``dst`` when given: contiguous
-        fp32 of the right shape), or None (then torch gathers it)."""
+        fp32 of the right shape), differentiable when a source needs grad and grad mode is on; None when the
+        compiled gather cannot take it (then torch gathers it)."""
         import torch
 
-        b, o = spec[1][0][0], spec[1][0][1]
-        t0 = store[b][o]
-        if not self.ptrs[b * self.mo + o]:
+        sh = self._shape(store, spec)
+        if sh is None:
             return None
-        rb = t0.stride(0) * 4 if t0.dim() > 1 else 4
-        k = spec[2] // rb if spec[2] else sum(r[3] - r[2] for r in spec[1])
-        shape = (k,) + tuple(t0.shape[1:])
-        if dst is not None and (tuple(dst.shape) != shape or not dst.is_contiguous()):
+        k, rb, rest = sh
+        if dst is not None and (tuple(dst.shape) != (k,) + rest or not dst.is_contiguous()):
             return None
-        x = torch.empty(shape) if dst is None else dst
-        got = self.lib.dbx_gather(spec[1], self.pa, self.ra, self.n, self.mo, x.data_ptr(), rb, k)
-        return x if got == k else None
+        x = torch.empty((k,) + rest) if dst is None else dst
+        got = self.call(spec[1], self.pa, x.data_ptr(), rb, k, 0)
+        if got == k:
+            return x
+        if got == -2 and torch.is_grad_enabled():
+            return _GatherRows.apply(self, spec[1], k, rb, rest, *_sources(store, spec[1]))
+        return None
+
+
+def _sources(store: list, runs) -> list:
+    """The distinct (batch, output) tensors a gather reads, in first-use order."""
+    return [store[b][o] for b, o in dict.fromkeys((r[0], r[1]) for r in runs)]
+
+
+def _gather_rows_function():
+    import torch
+
+    class GatherRows(torch.autograd.Function):
+        """The compiled gather with its backward: each run's gradient rows added into its source's gradient (one
+        zero buffer per distinct source, not one per run)."""
+
+        @staticmethod
+        def forward(ctx, table, runs, k, rb, rest, *srcs):
+            x = torch.empty((k,) + rest)
+            if table.call(runs, table.pa, x.data_ptr(), rb, k, 1) != k:
+                raise BatcherError("compiled gather: a run does not fit its source")
+            ctx.table, ctx.runs, ctx.k, ctx.rb = table, runs, k, rb
+            ctx.shapes = [tuple(t.shape) for t in srcs]
+            return x
+
+        @staticmethod
+        def backward(ctx, gx):
+            import numpy as np
+
+            t = ctx.table
+            gx = gx.contiguous()
+            keys = list(dict.fromkeys((r[0], r[1]) for r in ctx.runs))
+            grads = [torch.zeros(s) for s in ctx.shapes]
+            gp = np.zeros(t.n, dtype=np.int64)
+            for (b, o), gr in zip(keys, grads):
+                gp[b * t.mo + o] = gr.data_ptr()
+            if t.call(ctx.runs, gp.ctypes.data, gx.data_ptr(), ctx.rb, ctx.k, 2) != ctx.k:
+                raise BatcherError("compiled gather: backward runs do not fit their sources")
+            return (None, None, None, None, None, *grads)
+
+    return GatherRows
+
+
+class _Lazy:
+    """The autograd Function class, built on first use (torch is imported inside functions)."""
+
+    def __init__(self, make):
+        self.make, self.cls = make, None
+
+    def apply(self, *a):
+        if self.cls is None:
+            self.cls = self.make()
+        return self.cls.apply(*a)
+
+
+_GatherRows = _Lazy(_gather_rows_function)
 
 
 def _zeros(g: DynGraph, v: int, k: int) -> list:

@@ -391,12 +391,15 @@ PyObject *dbs_steps_py(void *p, PyObject *sview, PyObject *sbcast, PyObject *sga
 #endif
 
 #ifdef DB_PYLIST
-/* One gather of the executor: rows r0..r1 of output o of batch b, for each run (b, o, r0, r1) in order, copied
-   back to back into dst (rb bytes a row). ptrs/rows[b * mo + o]: the address and row count of that output, 0 when
-   it cannot be read as plain rows (not contiguous, another dtype, or autograd must see the copy). Returns the
-   rows written, or -1 (nothing usable: the caller gathers with torch) before writing past a bad run. */
-long long dbx_gather(PyObject *runs, const int64_t *ptrs, const int64_t *rows, int nsrc, int mo, char *dst,
-                     long long rb, long long cap) {
+/* One gather of the executor over runs (b, o, r0, r1): rows r0..r1 of output o of batch b, back to back in buf
+   (rb bytes a row, at most cap rows). ptrs/rows/grad[b * mo + o]: address, row count, and whether autograd must
+   see reads of that output (ptrs 0: not readable as plain fp32 rows).
+   mode 0: copy into buf, refusing (-2) a run whose source needs grad; mode 1: copy, grad or not (the forward of the
+   differentiable gather); mode 2: the backward, buf holds the gradient of the gathered rows and ptrs the gradient
+   buffers of the sources: add each run's rows into them (a row gathered twice gets both).
+   Returns the rows covered, or -1 (a malformed or out-of-range run: the caller gathers with torch). */
+long long dbx_gather(PyObject *runs, const int64_t *ptrs, const int64_t *rows, const int8_t *grad, int nsrc, int mo,
+                     char *buf, long long rb, long long cap, int mode) {
   PyObject *seq = PySequence_Fast(runs, "runs");
   if (!seq) { PyErr_Clear(); return -1; }
   Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
@@ -410,7 +413,16 @@ long long dbx_gather(PyObject *runs, const int64_t *ptrs, const int64_t *rows, i
     long long slot = (long long)b * mo + o;
     if (PyErr_Occurred() || b < 0 || o < 0 || o >= mo || slot >= nsrc || !ptrs[slot] || r0 < 0 || r1 < r0 ||
         r1 > rows[slot] || done + (r1 - r0) > cap) { PyErr_Clear(); done = -1; break; }
-    memcpy(dst + done * rb, (const char *)(intptr_t)ptrs[slot] + (long long)r0 * rb, (size_t)((r1 - r0) * rb));
+    if (mode == 0 && grad[slot]) { done = -2; break; }
+    char *src = (char *)(intptr_t)ptrs[slot] + (long long)r0 * rb;
+    size_t nb = (size_t)((r1 - r0) * rb);
+    if (mode == 2) {
+      float *d = (float *)src;
+      const float *g = (const float *)(buf + done * rb);
+      for (size_t e = 0; e < nb / sizeof(float); e++) d[e] += g[e];
+    } else {
+      memcpy(buf + done * rb, src, nb);
+    }
     done += r1 - r0;
   }
   Py_DECREF(seq);

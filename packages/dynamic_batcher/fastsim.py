@@ -90,7 +90,7 @@ def load() -> Optional[ctypes.CDLL]:
                 lib.dbs_new_py.argtypes, lib.dbs_new_py.restype = [I, I, O, O, O, I], P
                 lib.dbs_steps_py.argtypes, lib.dbs_steps_py.restype = [P, O, O, O], O
                 L = ctypes.c_longlong
-                lib.dbx_gather.argtypes, lib.dbx_gather.restype = [O, P, P, I, I, P, L, L], L
+                lib.dbx_gather.argtypes, lib.dbx_gather.restype = [O, P, P, P, I, I, P, L, L, I], L
                 lib.pylist = True
             else:
                 lib.pylist = False

@@ -181,3 +181,23 @@ def test_a_user_model_batches_and_trains_without_touching_the_package():
     for bt in (Batcher(m), Batcher(m, policy="dynet_agenda", blocks="inline")):
         _, gb, _ = _loss_and_grads(m, forward, bt, mb, targets)
         _assert_same_grads(ge, gb)
+
+
+@pytest.mark.parametrize("name", ["treelstm", "lattice_lstm", "bilstm_tagger"])
+def test_compiled_gather_backward_equals_eager(name, monkeypatch):
+    from dynamic_batcher import executor, fastsim
+
+    if fastsim.load() is None or not fastsim.load().pylist:
+        pytest.skip("compiled library without the Python.h build")
+    wl = make_workload(name, hidden=8)
+    _trainable(wl.model)
+    rng = random.Random(11)
+    mb = [wl.sample(rng, rng.randint(3, LENGTH[name] + 2)) for _ in range(5)]
+    targets = [rng.randrange(5) for _ in range(600)]
+    used = []
+    apply = executor._GatherRows.apply
+    monkeypatch.setattr(executor._GatherRows, "apply", lambda *a: used.append(1) or apply(*a))
+    _, ge, _ = _loss_and_grads(wl.model, wl.forward, lambda: Eager(wl.model), mb, targets)
+    _, gb, _ = _loss_and_grads(wl.model, wl.forward, Batcher(wl.model, check=True), mb, targets)
+    assert used, "no argument set went through the differentiable compiled gather"
+    _assert_same_grads(ge, gb)
