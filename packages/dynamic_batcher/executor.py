@@ -106,6 +106,8 @@ class BlockPlan:
         self.params = list({id(p): p for n in nodes for p in n.params}.values())
         self._wstate: tuple = ()
         self.weights: list = []
+        self._gw_key: Any = None
+        self._gw: list = []
 
     def _schedule(self, nodes, comp: list[int], max_states: int) -> list[list[int]]:
         """The block's internal batches: the exact optimum when small enough, else the type-wise heuristic."""
@@ -241,13 +243,15 @@ class BlockPlan:
 
         return [torch.empty((s, k) + shp) for s, shp in zip(self.sizes, self.class_shapes)]
 
-    def run(self, inputs: list, stats: ExecStats, ar: list | None = None, placed: set | None = None) -> list:
+    def run(self, inputs: list, stats: ExecStats, ar: list | None = None, placed: set | None = None,
+            flush: Any = None) -> list:
         """Outputs of one batched run. ``ar``/``placed``: an arena from :meth:`arena` whose staging slots of the
-        inputs in ``placed`` already hold them (the executor gathered them there: one copy, not two)."""
+        inputs in ``placed`` already hold them (the executor gathered them there: one copy, not two). ``flush``:
+        a token of the current flush; the differentiable path stacks its weights once per flush, not per run."""
         import torch
 
         if self.needs_grad(inputs):
-            return self._run_grad(inputs, stats)
+            return self._run_grad(inputs, stats, flush)
         self._fresh_weights()
         k = inputs[0].shape[0]
         if ar is None:
@@ -285,7 +289,15 @@ class BlockPlan:
                 stats.block_gather_bytes += out[4] * k
         return [ar[c][p] for c, p in self.outputs]
 
-    def _run_grad(self, inputs: list, stats: ExecStats) -> list:
+    def _grad_weights(self, flush: Any) -> list:
+        """Differentiable stacks of the batch weights, shared by every run of one flush (one autograd graph)."""
+        key = (flush, self._weight_state())
+        if flush is None or self._gw_key != key:
+            self._gw = [self._stack(wp) for wp in self.wparams]
+            self._gw_key = key if flush is not None else None
+        return self._gw
+
+    def _run_grad(self, inputs: list, stats: ExecStats, flush: Any = None) -> list:
         """The same schedule with out-of-place ops (autograd cannot record ``out=`` writes): each arena slot
         refers to (tensor, row) of the kernel output that produced it; a run of rows of one output is a view,
         anything else is stacked."""
@@ -293,7 +305,7 @@ class BlockPlan:
         slots: list[list] = [[None] * s for s in self.sizes]
         for i, c, p, _ in self.stage:
             slots[c][p] = (inputs[i].unsqueeze(0), 0)
-        for kind, attrs, args, out, wp, _ in self.steps:
+        for (kind, attrs, args, out, _, _), W in zip(self.steps, self._grad_weights(flush)):
             xs = []
             for a in args:
                 t = a[0]
@@ -309,7 +321,7 @@ class BlockPlan:
                     xs.append(_rows(slots[a[1]], a[2].tolist()))
                     stats.block_gathers += 1
                     stats.block_gather_bytes += a[4] * k
-            y = _block_op(kind, attrs, xs, self._stack(wp))
+            y = _block_op(kind, attrs, xs, W)
             stats.kernels += 1
             ps = range(out[2], out[2] + out[3]) if out[0] == "view" else out[2].tolist()
             sl = slots[out[1]]
@@ -626,6 +638,7 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
     batches = plan.batches
     firsts = batches.first() if hasattr(batches, "first") else [b[0] for b in batches]
     rows = _RowTable.of(g, firsts)
+    plan_token = object()  # identifies this flush to the blocks (weights stacked once per flush)
     for bi, (v0, specs) in enumerate(zip(firsts, plan.steps)):
         if failed and v0 in failed and kinds[v0] == "custom":
             store[bi] = _zeros(g, v0, 1)  # user code never sees the inputs of an instance that already failed
@@ -652,7 +665,7 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
                     stats.gathers += 1
                     stats.gather_bytes += s[2]
             if bp is not None:
-                store[bi] = bp.run(xs, stats, ar, placed)
+                store[bi] = bp.run(xs, stats, ar, placed, flush=plan_token)
             else:
                 stats.kernels += 1
                 store[bi] = [_batch_kernel(g, v0, batches[bi], xs)]
