@@ -122,6 +122,19 @@ class Batcher(Ops):
 
     def _emit(self, kind, args, params, attrs, shapes, data=None, label=""):
         g = self.g
+        # the common case, every argument recorded in this graph (only this batcher records into it)
+        refs = [(a.node, a.out) for a in args if a.g is g]
+        if len(refs) != len(args):
+            refs = self._foreign_refs(kind, args, params, label)
+        i = g.add(kind, tuple(refs), params, attrs, tuple(shapes), data, label)
+        if len(shapes) == 1:  # most nodes: no generator
+            return (Value(self, g, i, 0, tuple(shapes[0])),)
+        return tuple(Value(self, g, i, o, tuple(s)) for o, s in enumerate(shapes))
+
+    def _foreign_refs(self, kind, args, params, label) -> list:
+        """Argument references when some argument is an eager tensor's value or from an earlier flush (both enter
+        as constants); a value of another builder is an error."""
+        g = self.g
         refs = []
         for a in args:
             if a.b is not self:
@@ -133,10 +146,7 @@ class Batcher(Ops):
             elif a.g is not g:  # computed in an earlier flush: enters this graph as a constant
                 a = self.constant(a.value())
             refs.append((a.node, a.out))
-        i = g.add(kind, tuple(refs), params, attrs, tuple(shapes), data, label)
-        if len(shapes) == 1:  # most nodes: no generator
-            return (Value(self, g, i, 0, tuple(shapes[0])),)
-        return tuple(Value(self, g, i, o, tuple(s)) for o, s in enumerate(shapes))
+        return refs
 
     def _call_block(self, block: Block, args: list[Value], label: str) -> tuple[Value, ...]:
         if self.blocks == "inline":
