@@ -242,12 +242,14 @@ class Batcher(Ops):
                                                                    type_sig=g.type_sig))
                 if len(self._cache) > self._cache_size:
                     self._cache.popitem(last=False)
+        dev = self.model.device
         for b in self._used_blocks:
-            if b.name not in self.block_plans:  # built once per block (and layout), reused by every flush
-                self.block_plans[b.name] = BlockPlan(b, self.layout)
+            bp = self.block_plans.get(b.name)
+            if bp is None or bp.device != dev:  # built once per block, layout and device, reused by every flush
+                self.block_plans[b.name] = BlockPlan(b, self.layout, device=dev)
         self._used_blocks = set()
         t3 = CLOCK[0]()
-        store = execute(g, plan, self.block_plans, self.stats, g.failed)
+        store = execute(g, plan, self.block_plans, self.stats, g.failed, dev)
         t4 = CLOCK[0]()
         g.results = (store, plan.loc_b, plan.loc_r)
         if g.failed:

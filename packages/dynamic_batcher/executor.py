@@ -66,11 +66,14 @@ def _inner_sig(n) -> tuple:
 class BlockPlan:
     """Internal schedule + memory layout + pre-stacked weights of one static block (cached per block/layout)."""
 
-    def __init__(self, block: Block, layout: str = "pq", max_states: int = 100_000):
+    def __init__(self, block: Block, layout: str = "pq", max_states: int = 100_000, device: Any = None):
         if layout not in ("pq", "dynet"):
             raise BatcherError(f"block {block.name}: layout must be 'pq' or 'dynet', got {layout!r}")
+        import torch
+
         self.block = block
         self.layout_name = layout
+        self.device = torch.device(device if device is not None else "cpu")
         T = block.template
         nodes = T.nodes
         comp = [n.idx for n in nodes if n.kind != "input"]
@@ -184,13 +187,14 @@ class BlockPlan:
             if ps == list(range(ps[0], ps[0] + m)):
                 args.append(("view", c, ps[0], m, 0))
             else:
-                args.append(("gather", c, torch.tensor(ps), m, m * numel * F32))
+                # the positions twice: as an index on the device (inference) and as a list (the grad path)
+                args.append(("gather", c, torch.tensor(ps, device=self.device), m, m * numel * F32, ps))
         oc = cid[rep.shape]
         ps = [lay.pos[o] for o in order]
         if ps == list(range(ps[0], ps[0] + m)):
             out = ("view", oc, ps[0], m, 0)
         else:
-            out = ("scatter", oc, torch.tensor(ps), m, m * math.prod(rep.shape) * F32)
+            out = ("scatter", oc, torch.tensor(ps, device=self.device), m, m * math.prod(rep.shape) * F32, ps)
         return rep.kind, dict(rep.attrs), args, out, self._weight_params(nodes, rep, order), rep.shape
 
     @staticmethod
@@ -241,7 +245,7 @@ class BlockPlan:
         """Uninitialised arenas of one run over ``k`` instances: per shape class, (slots, k, *shape)."""
         import torch
 
-        return [torch.empty((s, k) + shp) for s, shp in zip(self.sizes, self.class_shapes)]
+        return [torch.empty((s, k) + shp, device=self.device) for s, shp in zip(self.sizes, self.class_shapes)]
 
     def run(self, inputs: list, stats: ExecStats, ar: list | None = None, placed: set | None = None,
             flush: Any = None) -> list:
@@ -280,7 +284,7 @@ class BlockPlan:
             if out[0] == "view":
                 o = ar[out[1]][out[2]:out[2] + m]
             else:
-                o = torch.empty((m, k) + shape)
+                o = torch.empty((m, k) + shape, device=self.device)
             _block_kernel(kind, attrs, xs, W, o)
             stats.kernels += 1
             if out[0] == "scatter":
@@ -318,12 +322,12 @@ class BlockPlan:
                 elif t == "view":
                     xs.append(_rows(slots[a[1]], range(a[2], a[2] + a[3])))
                 else:
-                    xs.append(_rows(slots[a[1]], a[2].tolist()))
+                    xs.append(_rows(slots[a[1]], a[5]))
                     stats.block_gathers += 1
                     stats.block_gather_bytes += a[4] * k
             y = _block_op(kind, attrs, xs, W)
             stats.kernels += 1
-            ps = range(out[2], out[2] + out[3]) if out[0] == "view" else out[2].tolist()
+            ps = range(out[2], out[2] + out[3]) if out[0] == "view" else out[5]
             sl = slots[out[1]]
             for r, p in enumerate(ps):
                 sl[p] = (y, r)
@@ -624,7 +628,7 @@ def _resolve_vectorized(g: DynGraph, batches: list[list[int]], lens: Any, flat: 
 
 
 def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stats: ExecStats,
-            failed: dict | None = None) -> list:
+            failed: dict | None = None, device: Any = None) -> list:
     """Run every batch; returns the per-batch output tensors (list of lists of (k, *shape) tensors).
 
     With ``failed`` (a dict) a batch that raises does not stop the others: its outputs are zeros and each of its
@@ -637,11 +641,12 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
     kinds = g.kind
     batches = plan.batches
     firsts = batches.first() if hasattr(batches, "first") else [b[0] for b in batches]
-    rows = _RowTable.of(g, firsts)
+    dev = torch.device(device if device is not None else "cpu")
+    rows = _RowTable.of(g, firsts) if dev.type == "cpu" else None  # host pointers: CPU tensors only
     plan_token = object()  # identifies this flush to the blocks (weights stacked once per flush)
     for bi, (v0, specs) in enumerate(zip(firsts, plan.steps)):
         if failed and v0 in failed and kinds[v0] == "custom":
-            store[bi] = _zeros(g, v0, 1)  # user code never sees the inputs of an instance that already failed
+            store[bi] = _zeros(g, v0, 1, dev)  # user code never sees the inputs of an instance that already failed
             continue
         try:
             bp = block_plans[g.data[v0].name] if kinds[v0] == "block" else None
@@ -668,14 +673,14 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
                 store[bi] = bp.run(xs, stats, ar, placed, flush=plan_token)
             else:
                 stats.kernels += 1
-                store[bi] = [_batch_kernel(g, v0, batches[bi], xs)]
+                store[bi] = [_batch_kernel(g, v0, batches[bi], xs, dev)]
             if rows is not None:
                 rows.put(bi, store[bi])
         except Exception as e:
             if failed is None:
                 raise
             nodes = list(batches[bi])
-            store[bi] = _zeros(g, v0, len(nodes))
+            store[bi] = _zeros(g, v0, len(nodes), dev)
             _poison(g, nodes, e, failed)
     return store
 
@@ -804,10 +809,10 @@ class _Lazy:
 _GatherRows = _Lazy(_gather_rows_function)
 
 
-def _zeros(g: DynGraph, v: int, k: int) -> list:
+def _zeros(g: DynGraph, v: int, k: int, device: Any = None) -> list:
     import torch
 
-    return [torch.zeros((k,) + tuple(s)) for s in g.shapes[v]]
+    return [torch.zeros((k,) + tuple(s), device=device) for s in g.shapes[v]]
 
 
 def _poison(g: DynGraph, nodes: list[int], err: BaseException, failed: dict) -> None:
@@ -824,14 +829,15 @@ def _poison(g: DynGraph, nodes: list[int], err: BaseException, failed: dict) -> 
                 stack.extend(g.succ[u])
 
 
-def _batch_kernel(g: DynGraph, v0: int, batch, xs: list):
+def _batch_kernel(g: DynGraph, v0: int, batch, xs: list, device: Any = None):
     """One batched op of the dynamic graph (not a block) on its gathered arguments: a (k, *shape) tensor."""
     import torch
     import torch.nn.functional as F
 
     kind, data = g.kind[v0], g.data
     if kind == "lookup":
-        return g.params[v0][0].tensor.index_select(0, torch.tensor([data[v] for v in batch]))
+        table = g.params[v0][0].tensor
+        return table.index_select(0, torch.tensor([data[v] for v in batch], device=table.device))
     if kind == "constant":
         return torch.stack([data[v] for v in batch])
     if kind == "linear":

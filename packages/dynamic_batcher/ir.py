@@ -95,6 +95,23 @@ class Model:
         self.blocks[name] = b
         return b
 
+    @property
+    def device(self) -> Any:
+        """The torch device of the parameters (cpu for a model without any)."""
+        import torch
+
+        return next(iter(self.params.values())).tensor.device if self.params else torch.device("cpu")
+
+    def to(self, device: Any) -> "Model":
+        """Move every parameter to ``device`` (e.g. ``"cuda"``), keeping requires_grad; returns the model."""
+        import torch
+
+        dev = torch.device(device)
+        for p in self.params.values():
+            if p.tensor.device != dev:
+                p.tensor = p.tensor.detach().to(dev).requires_grad_(p.tensor.requires_grad)
+        return self
+
     def fingerprint(self) -> str:
         """Hash of the model's name, parameter names/shapes and block bodies: equal models, equal fingerprints."""
         h = hashlib.sha1(self.name.encode())
@@ -156,6 +173,11 @@ class Ops:
     def _count(self) -> int:
         return 0
 
+    def _device(self) -> Any:
+        """Where this builder's constants live (None: torch's default)."""
+        model = getattr(self, "model", None)
+        return model.device if model is not None else None
+
     # --- ops --------------------------------------------------------------------------------------------------
     def lookup(self, table: Param, index: int) -> Value:
         """Row ``index`` of an embedding table (V, *rest) -> shape rest."""
@@ -169,7 +191,7 @@ class Ops:
         """A constant input tensor (per instance)."""
         import torch
 
-        t = torch.as_tensor(t, dtype=torch.float32)
+        t = torch.as_tensor(t, dtype=torch.float32, device=self._device())
         return self._emit("constant", [], (), (), (tuple(t.shape),), data=t)[0]
 
     def linear(self, W: Param, x: Value, b: Param | None = None) -> Value:
