@@ -266,9 +266,13 @@ def child_serve(setups: dict[str, Callable[[dict], Callable[[], Any]]]) -> None:
     for line in sys.stdin:
         j = json.loads(line)
         if j["cmd"] in setups:
-            fns[j["name"]] = f = setups[j["cmd"]](j)
-            f()
-            out: dict = {"ok": True}
+            try:
+                fns[j["name"]] = f = setups[j["cmd"]](j)
+                f()
+                out: dict = {"ok": True}
+            except Exception as e:  # noqa: BLE001 - e.g. torch.compile giving up: the other variants stay served
+                fns.pop(j["name"], None)
+                out = {"error": f"{type(e).__name__}: {str(e)[:300]}"}
         elif j["cmd"] == "time":
             f = fns[j["name"]]
             warm_up(f, j.get("warm_s", 0.0))
@@ -300,12 +304,18 @@ class _ChildServer:
         return json.loads(line)
 
     def _ask(self, **msg) -> dict:
-        self.p.stdin.write(json.dumps(msg) + "\n")
-        self.p.stdin.flush()
+        try:
+            self.p.stdin.write(json.dumps(msg) + "\n")
+            self.p.stdin.flush()
+        except BrokenPipeError:
+            raise RuntimeError(f"the {self.what} benchmark process died (exit code {self.p.poll()})") from None
         line = self.p.stdout.readline()
         if not line:
             raise RuntimeError(f"the {self.what} benchmark process died")
-        return json.loads(line)
+        out = json.loads(line)
+        if "error" in out:
+            raise RuntimeError(f"in the {self.what} benchmark process: {out['error']}")
+        return out
 
     def _variant(self, name: str, cmd: str = "setup", **setup) -> "SelfTimed":
         self._ask(cmd=cmd, name=name, **setup)
