@@ -11,6 +11,7 @@ mode on, a weight or an input requiring grad) it runs out of place instead (:met
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, fields
 from itertools import chain
@@ -673,7 +674,7 @@ def execute(g: DynGraph, plan: ExecPlan, block_plans: dict[str, BlockPlan], stat
                 store[bi] = bp.run(xs, stats, ar, placed, flush=plan_token)
             else:
                 stats.kernels += 1
-                store[bi] = [_batch_kernel(g, v0, batches[bi], xs, dev)]
+                store[bi] = [_batch_kernel(g, v0, batches[bi], xs)]
             if rows is not None:
                 rows.put(bi, store[bi])
         except Exception as e:
@@ -751,16 +752,13 @@ class _RowTable:
         if got == k:
             return x
         if got == -2 and torch.is_grad_enabled():
-            return _GatherRows.apply(self, spec[1], k, rb, rest, *_sources(store, spec[1]))
+            keys = list(dict.fromkeys((r[0], r[1]) for r in spec[1]))  # distinct sources, in first-use order
+            return _gather_rows().apply(self, spec[1], keys, k, rb, rest, *[store[b][o] for b, o in keys])
         return None
 
 
-def _sources(store: list, runs) -> list:
-    """The distinct (batch, output) tensors a gather reads, in first-use order."""
-    return [store[b][o] for b, o in dict.fromkeys((r[0], r[1]) for r in runs)]
-
-
-def _gather_rows_function():
+@functools.cache
+def _gather_rows():
     import torch
 
     class GatherRows(torch.autograd.Function):
@@ -768,11 +766,11 @@ def _gather_rows_function():
         zero buffer per distinct source, not one per run)."""
 
         @staticmethod
-        def forward(ctx, table, runs, k, rb, rest, *srcs):
+        def forward(ctx, table, runs, keys, k, rb, rest, *srcs):
             x = torch.empty((k,) + rest)
             if table.call(runs, table.pa, x.data_ptr(), rb, k, 1) != k:
                 raise BatcherError("compiled gather: a run does not fit its source")
-            ctx.table, ctx.runs, ctx.k, ctx.rb = table, runs, k, rb
+            ctx.table, ctx.runs, ctx.keys, ctx.k, ctx.rb = table, runs, keys, k, rb
             ctx.shapes = [tuple(t.shape) for t in srcs]
             return x
 
@@ -782,31 +780,15 @@ def _gather_rows_function():
 
             t = ctx.table
             gx = gx.contiguous()
-            keys = list(dict.fromkeys((r[0], r[1]) for r in ctx.runs))
             grads = [torch.zeros(s) for s in ctx.shapes]
             gp = np.zeros(t.n, dtype=np.int64)
-            for (b, o), gr in zip(keys, grads):
+            for (b, o), gr in zip(ctx.keys, grads):
                 gp[b * t.mo + o] = gr.data_ptr()
             if t.call(ctx.runs, gp.ctypes.data, gx.data_ptr(), ctx.rb, ctx.k, 2) != ctx.k:
                 raise BatcherError("compiled gather: backward runs do not fit their sources")
-            return (None, None, None, None, None, *grads)
+            return (None, None, None, None, None, None, *grads)
 
     return GatherRows
-
-
-class _Lazy:
-    """The autograd Function class, built on first use (torch is imported inside functions)."""
-
-    def __init__(self, make):
-        self.make, self.cls = make, None
-
-    def apply(self, *a):
-        if self.cls is None:
-            self.cls = self.make()
-        return self.cls.apply(*a)
-
-
-_GatherRows = _Lazy(_gather_rows_function)
 
 
 def _zeros(g: DynGraph, v: int, k: int, device: Any = None) -> list:
@@ -829,7 +811,7 @@ def _poison(g: DynGraph, nodes: list[int], err: BaseException, failed: dict) -> 
                 stack.extend(g.succ[u])
 
 
-def _batch_kernel(g: DynGraph, v0: int, batch, xs: list, device: Any = None):
+def _batch_kernel(g: DynGraph, v0: int, batch, xs: list):
     """One batched op of the dynamic graph (not a block) on its gathered arguments: a (k, *shape) tensor."""
     import torch
     import torch.nn.functional as F

@@ -101,17 +101,8 @@ class DynGraph:
     def succ(self) -> list[list[int]]:
         """Distinct successor nodes of every node (derived from ``preds`` on first use after recording)."""
         if self._succ is None:
-            succ: list[list[int]] = [[] for _ in range(len(self.preds))]
-            for v, ps in enumerate(self.preds):
-                for p in ps:
-                    succ[p].append(v)
-            self._succ = succ
+            self._succ = _successors(self.preds)
         return self._succ
-
-    @property
-    def indeg(self) -> list[int]:
-        """Distinct argument nodes per node."""
-        return list(map(len, self.preds))
 
     def _bad_argument(self, i: int, kind: str, args: tuple, params: tuple, data: Any, label: str) -> None:
         """Raise for the first argument of a node-to-be that is not an output of an earlier node."""
@@ -227,15 +218,7 @@ class GraphView:
     def succ(self) -> list[list[int]]:
         """Distinct successors of every node (built on first use)."""
         if self._succ is None:
-            dyn = self._labels if isinstance(self._labels, DynGraph) else None
-            if dyn is not None and len(dyn.preds) == self.n:
-                self._succ = dyn.succ
-            else:
-                succ: list[list[int]] = [[] for _ in range(self.n)]
-                for v, ps in enumerate(self.preds):
-                    for p in ps:
-                        succ[p].append(v)
-                self._succ = succ
+            self._succ = _successors(self.preds)
         return self._succ
 
     def name(self, v: int) -> str:
@@ -592,6 +575,15 @@ class GraphView:
                         stack.extend(succ[w])
             self._gt = gpred
         return self._gt
+
+
+def _successors(preds: list[tuple]) -> list[list[int]]:
+    """Successor lists of a DAG given as (deduplicated) predecessor tuples."""
+    succ: list[list[int]] = [[] for _ in range(len(preds))]
+    for v, ps in enumerate(preds):
+        for p in ps:
+            succ[p].append(v)
+    return succ
 
 
 def _scs_len(a: list[int], b: list[int]) -> int:

@@ -195,8 +195,9 @@ def test_compiled_gather_backward_equals_eager(name, monkeypatch):
     mb = [wl.sample(rng, rng.randint(3, LENGTH[name] + 2)) for _ in range(5)]
     targets = [rng.randrange(5) for _ in range(600)]
     used = []
-    apply = executor._GatherRows.apply
-    monkeypatch.setattr(executor._GatherRows, "apply", lambda *a: used.append(1) or apply(*a))
+    fn = executor._gather_rows()
+    apply = fn.apply
+    monkeypatch.setattr(fn, "apply", lambda *a: used.append(1) or apply(*a))
     _, ge, _ = _loss_and_grads(wl.model, wl.forward, lambda: Eager(wl.model), mb, targets)
     _, gb, _ = _loss_and_grads(wl.model, wl.forward, Batcher(wl.model, check=True), mb, targets)
     assert used, "no argument set went through the differentiable compiled gather"
