@@ -24,11 +24,11 @@ def setup_block(j):
     ``torch.compile`` in the mode ``TORCH_COMPILE_MODES[j["variant"]]`` (compiled here by a first call)."""
     import torch
 
-    from .bench_compile import blocks
+    from .bench_compile import find_block
     from .timing import TORCH_COMPILE_MODES
 
     torch.manual_seed(0)
-    module, ins = [b for b in blocks() if b["name"] == j["block"]][0]["build"]()
+    module, ins = find_block(j["block"])["build"]()
     module.eval()
     run = module
     if j.get("variant", "eager") in TORCH_COMPILE_MODES:
@@ -44,16 +44,22 @@ def setup_block(j):
 
 def main(argv: list[str]) -> None:
     import torch
+    import torch._dynamo
 
     from .timing import child_place_threads, child_serve, malloc_steady_state
 
     torch.set_num_threads(int(argv[0]))
+    # every torch.compile variant here compiles the same Python function (the chain's or a block's forward) for
+    # another shape: past dynamo's default of 8 entries per code object it silently runs eager from then on
+    torch._dynamo.config.recompile_limit = 4096
+    torch._dynamo.config.accumulated_recompile_limit = 16384
     malloc_steady_state()
     placement = None
     if argv[1] == "pin":  # torch's OpenMP workers exist after a first call
         placement = child_place_threads(lambda: torch.mm(torch.ones(256, 256), torch.ones(256, 256)))
     print(json.dumps({"torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "placement": placement}), flush=True)
+                      "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "placement": placement,
+                      "recompile_limit": torch._dynamo.config.recompile_limit}), flush=True)
     child_serve({"setup": setup, "setup_block": setup_block})
 
 

@@ -310,6 +310,30 @@ def test_bench_compile_writes_rows_and_csv(tmp_path, monkeypatch):
     assert (tmp_path / "bc.csv").read_text().splitlines()[1].startswith('"Mixer-S token MLP')
 
 
+def test_unseen_chains_are_generated_off_the_benchmark_lists_and_sized_to_the_cache():
+    """The compile bench's unseen chains: reproducible from the seed, another seed other shapes, none of them a
+    benchmark shape, cache-resident ones inside half the cache, memory-bound intermediates at least twice it; each
+    name builds its block (as the torch child does from the name alone)."""
+    from chain_fuser.bench import MEMORY_BOUND, REFERENCE_GEMM
+    from chain_fuser.bench_compile import find_block, unseen_name, unseen_shapes
+
+    llc = 8 << 20
+    a, b = unseen_shapes(3, llc_bytes=llc), unseen_shapes(4, llc_bytes=llc)
+    assert a == unseen_shapes(3, llc_bytes=llc) and a != b
+    listed = {(bt, M, K, L, N) for _, bt, M, N, K, L in REFERENCE_GEMM + sum(MEMORY_BOUND.values(), [])}
+    for kind, bt, M, K, L, N, glue in a:
+        assert (bt, M, K, L, N) not in listed
+        if kind == "cache-resident":
+            assert 4 * bt * (M * K + K * L + M * L + L * N + M * N) <= llc // 2
+        else:
+            assert 4 * bt * M * L >= 2 * llc and K <= 64 and N <= 64
+    kind, bt, M, K, L, N, glue = a[0]
+    blk = find_block(unseen_name(kind, 1, 5, 3, 4, 2, "relu"))
+    module, ins = blk["build"]()
+    want = (ins[0] @ ins[1]).relu() @ ins[2]
+    assert blk["flops"] == 2 * 5 * 4 * (3 + 2) and (module(*ins) - want).abs().max() < 1e-5
+
+
 def test_torch_server_times_torch_in_its_own_process(monkeypatch):
     """PyTorch's baseline runs in a child with torch's own wait policy, whatever this process set for its torch."""
     from chain_fuser.spec import ConvChain, GemmChain
@@ -319,6 +343,8 @@ def test_torch_server_times_torch_in_its_own_process(monkeypatch):
     srv = TorchServer(1)
     try:
         assert srv.info["threads"] == 1 and srv.info["omp_wait_policy"] is None
+        # the bench compiles one function for every shape: dynamo's default of 8 would leave the rest eager
+        assert srv.info["recompile_limit"] >= 64
         for name, spec, which in [("g", GemmChain(2, 16, 8, 8, 24, glue="relu"), "torch"),
                                   ("a", GemmChain(2, 16, 8, 8, 24, glue="softmax", scale=0.5, bt=True), "sdpa"),
                                   ("c", ConvChain(1, 4, 8, 8, 8, 3, 3, 4, 1, 1, glue="relu"), "torch")]:
