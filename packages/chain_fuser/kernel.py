@@ -477,7 +477,7 @@ class TuneReport:
                 "from_cache": self.from_cache, "seconds": self.seconds}
 
 
-_MODEL_VERSION = 10  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
+_MODEL_VERSION = 11  # bump when the planner's ranking changes: cached choices (and their measurements) are stale
 
 
 def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int = 3, repeat: int = 7,

@@ -242,7 +242,40 @@ def _cached_group(tvm, d: str, specs) -> tuple[dict, dict] | None:
         return None
 
 
-def _tune_group(specs, trials, timeout_s, per_iter, strategy, workers):
+PROGRESS_S = 30.0
+"""Seconds between two progress lines of a tuning run (candidates measured so far, read from its database)."""
+
+
+def _measured_so_far(db_dir: str) -> int:
+    """Tuning records MetaSchedule's JSON database holds so far (one line per measured candidate)."""
+    try:
+        with open(os.path.join(db_dir, "database_tuning_record.json"), "rb") as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
+def _wait_with_progress(p, deadline: float, db_dir: str, total: int, log):
+    """(stdout, stderr) of the tuning child, logging the candidates measured every :data:`PROGRESS_S`; None (the
+    child's whole session killed) past ``deadline``. Retrying ``communicate`` after its timeout loses no output."""
+    import signal
+
+    t0 = time.perf_counter()
+    while True:
+        left = deadline - time.perf_counter()
+        try:
+            return p.communicate(timeout=max(0.1, min(PROGRESS_S, left)))
+        except subprocess.TimeoutExpired:
+            if time.perf_counter() >= deadline:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.communicate()
+                return None
+            if log is not None:
+                log(f"  MetaSchedule tuning: {_measured_so_far(db_dir)}/{total} candidates measured, "
+                    f"{time.perf_counter() - t0:.0f} s")
+
+
+def _tune_group(specs, trials, timeout_s, per_iter, strategy, workers, log=None):
     from .kernel import import_tvm
 
     tvm = import_tvm()
@@ -260,14 +293,11 @@ def _tune_group(specs, trials, timeout_s, per_iter, strategy, workers):
                               json.dumps([_spec_to_json(s) for s in specs]), str(trials), d, str(per_iter),
                               strategy, str(workers)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            out, err = p.communicate(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            import signal
-
-            os.killpg(p.pid, signal.SIGKILL)
-            p.communicate()
+        total = trials * sum(len(chain_ops(s)) for s in specs)
+        done = _wait_with_progress(p, t + timeout_s, os.path.join(d, "database"), total, log)
+        if done is None:
             return {}, time.perf_counter() - t, f"timed out after {timeout_s:.0f} s ({trials} trials per operator)", {}
+        out, err = done
         lines = [json.loads(x) for x in out.splitlines() if x.startswith("{")]
         if p.returncode != 0 or not lines or "search" not in lines[-1]:
             why = lines[-1].get("error") if lines and "error" in lines[-1] else err[-500:]
@@ -305,7 +335,7 @@ def metaschedule_unfused(specs: list, trials: int, timeout_s: float = 180, per_i
     chains, runs = {}, []
     for g in range(0, len(specs), size):
         group = specs[g:g + size]
-        got, secs, note, extra = _tune_group(group, trials, timeout_s, per_iter, strategy, workers)
+        got, secs, note, extra = _tune_group(group, trials, timeout_s, per_iter, strategy, workers, log)
         chains.update(got)
         runs.append({"names": [s.name for s in group], "status": note, "tune_s": secs, **extra})
         if log is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import os
 
-FORMAT = 1
+FORMAT = 2  # 2: conv chains calibrated apart from GEMM chains (``factors_conv``)
 _DISABLED = [False]  # while calibrating: the model's own, uncalibrated prediction is the reference
 
 
@@ -46,19 +46,24 @@ def _read(path: str) -> dict | None:
         return None
     if not isinstance(rec, dict) or rec.get("format") != FORMAT or rec.get("cpu") != cpu_id():
         return None
-    factors = rec.get("factors")
-    if not isinstance(factors, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in factors.values()):
-        return None
+    for key in ("factors", "factors_conv"):
+        factors = rec.get(key, {} if key == "factors_conv" else None)
+        if not isinstance(factors, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in factors.values()):
+            return None
     return rec
 
 
-def factor(device, mk) -> float | None:
-    """The measured/predicted ratio of micro kernel ``mk`` on ``device`` when it is this host and a calibration of
-    that kernel is recorded; None otherwise (the model's own rate)."""
+def factor(device, mk, kind: str = "gemm") -> float | None:
+    """The measured/predicted ratio of micro kernel ``mk`` on ``device`` for a chain of ``kind`` ("gemm" or
+    "conv") when it is this host and a calibration of that kernel is recorded (a conv chain without its own
+    measurement takes the GEMM chain's); None otherwise (the model's own rate)."""
     from . import hw
 
     if _DISABLED[0] or not hw.is_host(device):
         return None
     rec = load()
-    v = rec["factors"].get(mk.name) if rec else None
+    if not rec:
+        return None
+    v = rec.get("factors_conv", {}).get(mk.name) if kind == "conv" else None
+    v = v or rec["factors"].get(mk.name)
     return float(v) if v else None

@@ -145,6 +145,11 @@ def panel_stream_s(spec, mk: MicroKernel, device, T: dict[str, int] | None = Non
     return moved / l1_fill
 
 
+def chain_kind(spec) -> str:
+    """"conv" or "gemm": the micro kernels' measured rates differ between the two (calibrate.py)."""
+    return "conv" if isinstance(spec, ConvChain) else "gemm"
+
+
 def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, list[tuple[float, MicroKernel]]]:
     """The micro kernel with the least modelled time: :func:`micro_cycles` (padded work, FMA and load issue,
     latency stalls, per-block accumulator cost) at the peak's cycle rate, plus the padded-rows copy
@@ -157,7 +162,7 @@ def choose_micro(spec, device, peak: float | None = None) -> tuple[MicroKernel, 
             continue
         acc = mk.mr * mk.nr // mk.vector_lanes
         # core-cycles → seconds: one cycle of all cores issues pipes × lanes FMAs (2 flops each) per core
-        f = micro_rates.factor(device, mk)
+        f = micro_rates.factor(device, mk, chain_kind(spec))
         if f is not None:  # measured on this machine: the kernel's own rate over the padded work
             compute = padded_flops(spec, mk) / peak * f
         else:
@@ -416,7 +421,7 @@ def _plans_for_micro(spec, dev, top_k: int, fusion_level: str | None, peak: floa
     # outer levels first; each inner level's tiles are capped by the outer level's best tiles
     flops = padded_flops(spec, mk)
     # the micro kernel's rate as measured on this machine (calibrate.factor: 1.0 where none was measured)
-    compute_s = flops / peak * (micro_rates.factor(dev, mk) or 1.0)
+    compute_s = flops / peak * (micro_rates.factor(dev, mk, chain_kind(spec)) or 1.0)
     per_level: dict[str, list[LevelPlan]] = {}
     caps: dict[str, int] | None = None
     last_fuse = max(names.index(f) for f in fuse_levels)

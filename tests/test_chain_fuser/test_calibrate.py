@@ -4,7 +4,7 @@ import json
 def test_calibration_measures_each_micro_kernel_and_the_planner_uses_it(tmp_path, monkeypatch):
     from chain_fuser import calibrate, hw
     from chain_fuser.planner import MR_CHOICES, choose_micro, plan_chain
-    from chain_fuser.spec import GemmChain
+    from chain_fuser.spec import ConvChain, GemmChain
 
     monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
     dev = hw.host_device()
@@ -18,6 +18,9 @@ def test_calibration_measures_each_micro_kernel_and_the_planner_uses_it(tmp_path
     assert calibrate.load()["factors"] == rec["factors"]
     assert calibrate.factor(dev, kernels[0]) == rec["factors"][kernels[0].name]
     assert calibrate.factor(hw.server_device(), kernels[0]) is None  # another machine's description: the model's
+    # conv chains are measured apart (their own calibration chain) and read apart
+    assert set(rec["factors_conv"]) == {mk.name for mk in kernels}
+    assert calibrate.factor(dev, kernels[0], "conv") == rec["factors_conv"][kernels[0].name]
     # a kernel measured 10x slower than modelled loses the first place, and its plans are predicted slower (than
     # with every factor 1: the real factors just measured depend on the machine's load)
     path = calibrate.record_path()
@@ -34,6 +37,14 @@ def test_calibration_measures_each_micro_kernel_and_the_planner_uses_it(tmp_path
     record({**ones, best.name: 10.0})
     assert choose_micro(spec, dev)[0] != best
     assert plan_chain(spec, dev, top_k=1, micro=best)[0].predicted_s > 2 * before
+    # a conv chain's ranking follows the conv factors, and a GEMM chain's ignores them
+    conv = ConvChain(1, 32, 28, 28, 64, 3, 3, 32, 1, 1, glue="relu")
+    data["factors_conv"] = dict(ones)
+    record(ones)
+    best_conv = choose_micro(conv, dev)[0]
+    data["factors_conv"] = {**ones, best_conv.name: 10.0}
+    record(ones)
+    assert choose_micro(conv, dev)[0] != best_conv and choose_micro(spec, dev)[0] == best
 
 
 def test_a_record_of_another_cpu_or_format_is_ignored(tmp_path, monkeypatch):

@@ -123,6 +123,30 @@ def test_metaschedule_timeout_is_reported_not_raised():
     assert all("timed out" in r["status"] and r["tune_s"] >= 0.5 for r in runs)
 
 
+def test_metaschedule_tuning_prints_progress_and_keeps_the_output(tmp_path, monkeypatch):
+    """A long tuning run logs the candidates its database holds so far, and its final output is still read; past
+    the deadline the child is killed and the wait says so (None)."""
+    import subprocess
+    import sys
+
+    from chain_fuser import metaschedule
+
+    monkeypatch.setattr(metaschedule, "PROGRESS_S", 0.1)
+    (tmp_path / "database_tuning_record.json").write_text("{}\n{}\n{}\n")
+    lines = []
+
+    def child(code):
+        return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+
+    p = child("import time; time.sleep(0.6); print('{\"search\": 1}')")
+    out, _ = metaschedule._wait_with_progress(p, time.perf_counter() + 30, str(tmp_path), 10, lines.append)
+    assert out.strip() == '{"search": 1}' and lines and all("3/10 candidates measured" in x for x in lines)
+    p = child("import time; time.sleep(30)")
+    assert metaschedule._wait_with_progress(p, time.perf_counter() + 0.3, str(tmp_path), 10, None) is None
+    assert p.returncode is not None
+
+
 @pytest.mark.slow
 def test_metaschedule_unfused_matches_torch():
     import torch
