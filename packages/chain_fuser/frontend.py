@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
@@ -246,7 +247,8 @@ def measure_vs_eager(spec, kernel, use_cache: bool = True, repeat: int = 7, eage
 
 def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, device: Any = None,
             use_cache: bool = True, verbose: bool = False, name: str | None = None,
-            keep_faster_eager: bool = True, winograd: tuple[int, ...] = (2,)) -> CompiledModule:
+            keep_faster_eager: bool = True, winograd: tuple[int, ...] = (2,),
+            progress: bool = True) -> CompiledModule:
     """Trace, fuse what the templates cover (GEMM→GEMM, attention, conv→conv), return a callable.
 
     ``tune=True`` times the model's top ``top_k`` plans and keeps the fastest (cached on disk); ``tune=False``
@@ -257,7 +259,9 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
     alone do not decide). Chains left unfused are listed in the result's ``decisions`` with the reason (and
     warned about).
     ``winograd``: the Winograd tile sizes tried for 3×3 conv chains (``tune``'s argument: ``()`` none, ``(2, 4)``
-    adds F(4×4, 3×3), faster, with 15-25× a direct conv's rounding error)."""
+    adds F(4×4, 3×3), faster, with 15-25× a direct conv's rounding error).
+    ``progress``: a line on stderr per candidate kernel compiled for a chain not tuned before (seconds each);
+    nothing when every choice comes from the cache."""
     import torch
 
     if isinstance(example_inputs, torch.Tensor):
@@ -265,7 +269,7 @@ def compile(fn_or_module, example_inputs, *, top_k: int = 4, tune: bool = True, 
     example_inputs = tuple(example_inputs)
     module = (fn_or_module if isinstance(fn_or_module, torch.nn.Module)
               else _FnModule.wrap(fn_or_module, len(example_inputs)))
-    opt = _Options(top_k, tune, device, use_cache, keep_faster_eager, winograd)
+    opt = _Options(top_k, tune, device, use_cache, keep_faster_eager, winograd, _progress_log if progress else None)
     label = name or type(module).__name__
     try:
         gm, near, per_chain = _build(module, example_inputs, label, opt)
@@ -358,6 +362,11 @@ class _Options:
     use_cache: bool
     keep_faster_eager: bool
     winograd: tuple[int, ...]
+    log: Any = None
+
+
+def _progress_log(line: str) -> None:
+    print(f"chain_fuser: {line}", file=sys.stderr, flush=True)
 
 
 def _chain_spec(ch, nodes, g, label: str):
@@ -392,7 +401,7 @@ def _fuse_chain(gm, g, ch, label: str, nodes, opt: _Options) -> ChainDecision:
     spec, _, sdpa, _ = _chain_spec(ch, nodes, g, label)
     if opt.tune:
         kernel, rep = tune_fn(spec, top_k=opt.top_k, device=opt.device, use_cache=opt.use_cache,
-                              winograd=opt.winograd)
+                              winograd=opt.winograd, log=opt.log)
     else:
         kernel, rep = build_kernel(spec, plan_chain(spec, opt.device, top_k=1)[0], True, opt.use_cache), None
     gain = None

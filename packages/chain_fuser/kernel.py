@@ -482,7 +482,7 @@ _MODEL_VERSION = 11  # bump when the planner's ranking changes: cached choices (
 
 def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int = 3, repeat: int = 7,
          check: bool = True, include_unfused: bool | None = None,
-         winograd: tuple[int, ...] = (2,)) -> tuple[FusedKernel, TuneReport]:
+         winograd: tuple[int, ...] = (2,), log=None) -> tuple[FusedKernel, TuneReport]:
     """Plan with the model, compile its top ``top_k`` plans, time them, keep the fastest. The choice and the
     kernels are cached on disk (keyed by shape, dtype and hardware): a second call loads them without compiling
     or measuring.
@@ -496,7 +496,10 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
     (:mod:`chain_fuser.winograd`: its 3×3 convs by ``F(m×m, 3×3)``, with the micro kernel of
     ``winograd.plan_for``) are candidates too. The default ``(2,)``: its rounding
     error is that of the direct conv; ``4`` does 1.8× fewer multiplications still but has 15-25× the error (below
-    the check's tolerance, above a 1e-5 absolute one), so it is opt-in. ``()``: direct kernels only."""
+    the check's tolerance, above a 1e-5 absolute one), so it is opt-in. ``()``: direct kernels only.
+
+    ``log``: called with a line per compiled candidate when the choice is not cached (a first compile takes
+    seconds per chain), never on a cache hit."""
     import torch
 
     from .planner import plan_chain, unfused_competitive
@@ -540,6 +543,10 @@ def tune(spec, top_k: int = 4, device=None, use_cache: bool = True, number: int 
         todo += [(wplan, False, a) for a in algos]
     for i, (p, fused, algorithm) in enumerate(todo):
         k = build_kernel(spec, p, fused, use_cache, algorithm)
+        if log is not None:
+            log(f"{spec.name}: candidate {i + 1}/{len(todo)} ({p.micro.name}, "
+                f"{algorithm if algorithm != 'direct' else 'fused' if fused else 'unfused'}) built in "
+                f"{k.build_s:.1f} s" + (", timing them ..." if i + 1 == len(todo) else ""))
         if check:
             got = k(*ins)
             if not torch.allclose(got, ref, rtol=1e-3, atol=1e-3 * float(ref.abs().max()) + 1e-5):

@@ -362,3 +362,24 @@ def test_compile_conv_pair_measures_winograd_and_stays_within_fp32_tolerance(tmp
         torch.testing.assert_close(c(x), m(x), rtol=1e-4, atol=1e-5)  # F(2×2, 3×3): a direct conv's error
     c2 = chain_fuser.compile(m, (x,), top_k=1, keep_faster_eager=False, winograd=())
     assert all("algorithm" not in cand for cand in c2.fused[0].report.candidates)
+
+
+def test_a_first_compile_shows_progress_and_a_cached_one_is_silent(tmp_path, monkeypatch, capsys):
+    import chain_fuser.frontend as fe
+
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path))
+    monkeypatch.setattr(fe, "measure_module", lambda *a, **kw: (1.0, 2.0))
+    monkeypatch.setattr(fe, "measure_vs_eager", lambda spec, kernel, use_cache=True, **kw: (1.0, 2.0))
+
+    def f(a, b, d):
+        return torch.relu(a @ b) @ d
+
+    ins = torch.randn(1, 24, 16), torch.randn(1, 16, 32), torch.randn(1, 32, 8)
+    chain_fuser.compile(f, ins, top_k=2, progress=False)
+    assert capsys.readouterr().err == ""  # asked for silence
+    monkeypatch.setenv("CHAIN_FUSER_CACHE", str(tmp_path / "fresh"))
+    chain_fuser.compile(f, ins, top_k=2)
+    err = capsys.readouterr().err
+    assert "chain_fuser: " in err and "candidate 1/" in err and "built in" in err and "timing them" in err
+    chain_fuser.compile(f, ins, top_k=2)
+    assert capsys.readouterr().err == ""  # every choice from the cache
