@@ -83,7 +83,7 @@ def train_step(wl, ops, mb: list, tg, lr: float = LEARNING_RATE) -> float:
         tg = tg(len(outs))
     if len(outs) != len(tg):
         raise BatcherError(f"{wl.name}: training step: {len(outs)} outputs but {len(tg)} targets")
-    lp = torch.stack([o.value() for o in outs])
+    lp = torch.stack([o.value() for o in outs]) if ops is None else ops.stack(outs)
     loss = -lp.gather(1, torch.tensor(tg, dtype=torch.long)[:, None]).sum()
     loss.backward()
     got = 0

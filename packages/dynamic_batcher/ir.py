@@ -152,6 +152,17 @@ class Value:
         return f"Value(node={self.node}, out={self.out}, shape={list(self.shape)})"
 
 
+def _same_shape(values: Sequence[Value]) -> list[Value]:
+    vals = list(values)
+    if not vals:
+        raise ShapeMismatchError("stack", "needs at least one value")
+    for i, v in enumerate(vals):
+        if not isinstance(v, Value) or v.shape != vals[0].shape:
+            raise ShapeMismatchError("stack", f"value {i} is {v!r}, not a Value of value 0's shape "
+                                              f"{list(vals[0].shape)}")
+    return vals
+
+
 def _label(kind: str, idx: int, params: tuple = (), extra: str = "") -> str:
     p = f"[{','.join(x.name for x in params)}]" if params else ""
     return f"{kind}#{idx}{p}{extra}"
@@ -166,6 +177,12 @@ class Ops:
 
     def materialize(self, v: Value):
         raise NotImplementedError
+
+    def stack(self, values: Sequence[Value]):
+        """``torch.stack`` of the values' tensors (differentiable): what a loss over many outputs reads."""
+        import torch
+
+        return torch.stack([v.value() for v in _same_shape(values)])
 
     def _next_label(self, kind: str, params: tuple = ()) -> str:
         return _label(kind, self._count(), params)

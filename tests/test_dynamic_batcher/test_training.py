@@ -109,6 +109,39 @@ def test_sgd_steps_through_the_batcher_match_eager():
     torch.testing.assert_close(torch.stack(got), torch.stack(want), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("name", ["treelstm", "bilstm_tagger", "lattice_lstm"])
+def test_stack_equals_stacking_each_value_with_the_same_gradients(name):
+    """``Batcher.stack`` (a few index_selects) gives the tensor and the gradients of ``torch.stack`` over each
+    value read alone, for outputs of two flushes in a shuffled order; bad input is a clear error."""
+    from dynamic_batcher.errors import ShapeMismatchError
+
+    wl = make_workload(name, hidden=8)
+    _trainable(wl.model)
+    rng = random.Random(5)
+    mbs = [[wl.sample(rng, rng.randint(2, LENGTH[name])) for _ in range(3)] for _ in range(2)]
+    res = []
+    for fast in (False, True):
+        bt = Batcher(wl.model)
+        outs = [o for inst in mbs[0] for o in wl.forward(bt, inst)]
+        bt.flush()
+        outs += [o for inst in mbs[1] for o in wl.forward(bt, inst)]  # pending: stack flushes them
+        order = list(range(len(outs)))
+        random.Random(1).shuffle(order)
+        outs = [outs[i] for i in order]
+        lp = bt.stack(outs) if fast else torch.stack([o.value() for o in outs])
+        (lp * torch.arange(1.0, lp.numel() + 1).reshape(lp.shape)).sum().backward()
+        res.append((lp.detach(), {n: p.tensor.grad.clone() for n, p in wl.model.params.items()
+                                  if p.tensor.grad is not None}))
+        _trainable(wl.model)
+    torch.testing.assert_close(res[1][0], res[0][0])
+    _assert_same_grads(res[0][1], res[1][1])
+    bt = Batcher(wl.model)
+    with pytest.raises(ShapeMismatchError, match="stack"):
+        bt.stack([])
+    with pytest.raises(ShapeMismatchError, match="value 1"):
+        bt.stack([bt.constant(torch.ones(3)), bt.constant(torch.ones(4))])
+
+
 def test_gradient_flows_across_a_flush():
     """A value read mid-build enters the next graph as a constant that keeps its autograd history."""
     m = Model("xflush", seed=0)
