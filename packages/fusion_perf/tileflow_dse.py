@@ -182,24 +182,41 @@ def _pool_map(fn, jobs: list, workers: int, progress: bool) -> list:
     return out
 
 
-def _row(case: Case, shape: str, res: Mapping[str, dict], mapper: Mapping[str, float]) -> dict:
+RECHECK = {"factor": 2, "seed_offset": 1}
+"""The baselines searched a second time with this multiple of the budget (iterations, top_k, refine sweeps) and
+another seed; that search joins the baseline family. Why: at the DSE's own budget FLAT had not converged on 3 of
+the 9 edge shapes (ViT/16: 1.5x slower than at twice the budget), which made the headline 1.89x instead of 1.65x;
+the best mapping searched did not change at twice the budget."""
+
+
+def recheck_budget(budget: Mapping[str, Any] | None) -> dict:
+    b = {**BUDGET, **(budget or {})}
+    return {**b, **{k: b[k] * RECHECK["factor"] for k in ("iterations", "top_k", "refine_sweeps")}}
+
+
+def _row(case: Case, shape: str, res: Mapping[str, dict], mapper: Mapping[str, float],
+         recheck: Mapping[str, dict] | None = None) -> dict:
     """One shape's comparison: the best mapping searched and its ratios to the baselines. ``mapper``: the cycles
     of TileFlow's own mapper per mapping file of this shape; on a baseline's file it joins the baseline family
-    when it beats the DSE's."""
+    when it beats the DSE's. ``recheck``: the baselines searched again with more budget (:data:`RECHECK`), which
+    join the family and count as searched mappings for the best too (a tie is no gain)."""
     cyc = {k: v["cycles"] for k, v in res.items()}
-    best = min(cyc, key=cyc.get)  # every mapping searched, the derived baselines included
+    again = {f"{k} ({RECHECK['factor']}x budget)": v["cycles"] for k, v in (recheck or {}).items()}
+    best = min({**cyc, **again}, key={**cyc, **again}.get)  # every mapping searched, the baselines included
     base = {k: cyc[k] for k in case.baselines}
+    base.update(again)
     for k in case.baselines:
         if k in mapper:
             base[f"{k} (TileFlow's mapper)"] = mapper[k]
     sb = min(base, key=base.get)
+    cyc_best = {**cyc, **again}[best]
     return {"shape": shape, "macros": dict(case.shapes)[shape], "cycles": cyc, "baseline_candidates": base,
             "energy_pj": {k: v["energy_pj"] for k, v in res.items()},
-            "best": best, "best_cycles": cyc[best], "strongest_baseline": sb,
-            "speedup_vs_strongest_baseline": base[sb] / cyc[best],
-            "speedup_vs_baseline_as_shipped": cyc[case.baselines[0]] / cyc[best],
+            "best": best, "best_cycles": cyc_best, "strongest_baseline": sb,
+            "speedup_vs_strongest_baseline": base[sb] / cyc_best,
+            "speedup_vs_baseline_as_shipped": cyc[case.baselines[0]] / cyc_best,
             "tileflow_vs_strongest_baseline": base[sb] / cyc["tileflow"],
-            "speedup_vs_layerwise": cyc[case.layerwise] / cyc[best],
+            "speedup_vs_layerwise": cyc[case.layerwise] / cyc_best,
             "evaluations": {k: v.get("evaluations", 0) for k, v in res.items()},
             "search_s": sum(v["search_s"] for v in res.values()),
             "errors": {k: v["error"] for k, v in res.items() if "error" in v}}
@@ -217,19 +234,26 @@ def _summary(rows: list[dict]) -> dict:
 
 def run(archs: Sequence[str] | None = None, shapes: Sequence[str] | None = None, seed: int = 0,
         budget: Mapping[str, Any] | None = None, semantics: str = SEMANTICS, workers: int = 2,
-        progress: bool = True, mapper: Mapping[str, float] | None = None, case: Case | str = ATTENTION) -> dict:
+        progress: bool = True, mapper: Mapping[str, float] | None = None, case: Case | str = ATTENTION,
+        recheck: bool = True) -> dict:
     """The DSE of one case over its architectures and shapes (every mapping, the same budget each); per arch
-    the rows and the geomeans. ``mapper``: ``{"shape/mapping/arch": cycles}`` of TileFlow's own mapper."""
+    the rows and the geomeans. ``mapper``: ``{"shape/mapping/arch": cycles}`` of TileFlow's own mapper.
+    ``recheck``: the baselines searched once more with :data:`RECHECK`'s budget and seed."""
     case = TASKS[case] if isinstance(case, str) else case
     archs = list(archs or case.archs)
     names = [n for n, _ in case.shapes if not shapes or n in shapes]
     jobs = [(case.name, a, n, df, seed, budget, semantics) for a in archs for n in names for df in case.mappings]
-    res = dict(zip([j[1:4] for j in jobs], _pool_map(_job, jobs, workers, progress)))
+    again = [(case.name, a, n, df, seed + RECHECK["seed_offset"], recheck_budget(budget), semantics)
+             for a in archs for n in names for df in case.baselines] if recheck else []
+    got = _pool_map(_job, jobs + again, workers, progress)
+    res = dict(zip([j[1:4] for j in jobs], got[:len(jobs)]))
+    res2 = dict(zip([j[1:4] for j in again], got[len(jobs):]))
     mapper = mapper or {}
     out: dict = {"case": case.name}
     for a in archs:
         rows = [_row(case, n, {df: res[(a, n, df)] for df in case.mappings},
-                     {df: mapper[f"{n}/{df}/{a}"] for df in case.dataflows if f"{n}/{df}/{a}" in mapper})
+                     {df: mapper[f"{n}/{df}/{a}"] for df in case.dataflows if f"{n}/{df}/{a}" in mapper},
+                     {df: res2[(a, n, df)] for df in case.baselines if (a, n, df) in res2})
                 for n in names]
         if progress:
             for r in rows:
@@ -241,6 +265,8 @@ def run(archs: Sequence[str] | None = None, shapes: Sequence[str] | None = None,
         out[a] = _summary(rows)
     out["baselines"] = list(case.baselines)
     out["budget_per_mapping"] = {**BUDGET, **(budget or {}), "seed": seed}
+    out["baseline_recheck"] = ({**recheck_budget(budget), "seed": seed + RECHECK["seed_offset"]} if recheck
+                               else None)
     out["semantics"] = semantics
     out["files"] = f"pku-liang/TileFlow tests/cases/{case.dir.name} (copied unchanged)"
     return out
