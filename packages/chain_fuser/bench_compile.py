@@ -63,9 +63,7 @@ def blocks(unseen_seed: int = UNSEEN_SEED) -> list[dict[str, Any]]:
         def forward(self, x):
             return self.c2(torch.relu(self.c1(x)))
 
-    def rnd(*s):
-        return torch.randn(*s, generator=torch.Generator().manual_seed(0))
-
+    rnd = _rnd
     return [
         {"name": "ViT-S MLP (197 tokens, 384→1536→384)", "build": lambda: (MLP(384, 1536), (rnd(197, 384),))},
         {"name": "BERT-base MLP (512 tokens, 768→3072→768)", "build": lambda: (MLP(768, 3072), (rnd(512, 768),))},
@@ -76,7 +74,7 @@ def blocks(unseen_seed: int = UNSEEN_SEED) -> list[dict[str, Any]]:
          "build": lambda: (Attention(0.125), tuple(rnd(12, 512, 64) for _ in range(3)))},
         {"name": "ResNet-50 conv 3x3→1x1 (64@56)", "build": lambda: (ConvPair(64, 64, 256, 1), (rnd(1, 64, 56, 56),))},
         {"name": "ResNet-50 conv 3x3→3x3 (64@56)", "build": lambda: (ConvPair(64, 64, 64, 3), (rnd(1, 64, 56, 56),))},
-    ] + hf_blocks(rnd) + unseen_blocks(rnd, unseen_seed)
+    ] + hf_blocks(rnd) + unseen_blocks(unseen_seed)
 
 
 HF_BLOCKS = {  # name: (model family, config fields, tokens)
@@ -92,6 +90,13 @@ HF_BLOCKS = {  # name: (model family, config fields, tokens)
 }
 """Hugging Face transformer layers built from configs (random weights, SDPA attention as HF's default): torch.fx
 cannot trace them, ``compile()`` captures them with torch.export."""
+
+
+def _rnd(*s):
+    """Inputs of a block: the same values in this process and in the torch child that rebuilds it."""
+    import torch
+
+    return torch.randn(*s, generator=torch.Generator().manual_seed(0))
 
 
 def _llc_bytes() -> int:
@@ -112,8 +117,9 @@ def unseen_shapes(seed: int = UNSEEN_SEED, counts: dict[str, int] | None = None,
     from .bench import MEMORY_BOUND, REFERENCE_GEMM
 
     rng, llc = random.Random(seed), llc_bytes or _llc_bytes()
-    listed = {(b, M, K, L, N) for _, b, M, N, K, L in REFERENCE_GEMM + sum(MEMORY_BOUND.values(), [])}
-    out, seen = [], set(listed)
+    # the benchmarks' shapes count as seen: none is drawn
+    seen = {(b, M, K, L, N) for _, b, M, N, K, L in REFERENCE_GEMM + sum(MEMORY_BOUND.values(), [])}
+    out = []
     for kind, n in (counts or UNSEEN_COUNTS).items():
         while sum(o[0] == kind for o in out) < n:
             if kind == "cache-resident":
@@ -137,7 +143,7 @@ def unseen_name(kind: str, b: int, M: int, K: int, L: int, N: int, glue: str) ->
     return f"unseen {kind} bmm chain {b}x{M}x{K}x{L}x{N}" + ("" if glue == "none" else f" {glue}")
 
 
-def _bmm_chain_block(name: str, rnd) -> dict[str, Any] | None:
+def _bmm_chain_block(name: str) -> dict[str, Any] | None:
     """The block an :func:`unseen_name` names (any shape), with its FLOPs; None for another name."""
     import torch
 
@@ -152,21 +158,16 @@ def _bmm_chain_block(name: str, rnd) -> dict[str, Any] | None:
             return torch.bmm(torch.relu(c) if m["glue"] else c, d)
 
     return {"name": name, "kind": m["kind"], "flops": 2 * b * M * L * (K + N),
-            "build": lambda: (BmmChain(), (rnd(b, M, K), rnd(b, K, L), rnd(b, L, N)))}
+            "build": lambda: (BmmChain(), (_rnd(b, M, K), _rnd(b, K, L), _rnd(b, L, N)))}
 
 
-def unseen_blocks(rnd, seed: int = UNSEEN_SEED) -> list[dict[str, Any]]:
-    return [_bmm_chain_block(unseen_name(*s), rnd) for s in unseen_shapes(seed)]
+def unseen_blocks(seed: int = UNSEEN_SEED) -> list[dict[str, Any]]:
+    return [_bmm_chain_block(unseen_name(*s)) for s in unseen_shapes(seed)]
 
 
 def find_block(name: str) -> dict[str, Any]:
     """A block of :func:`blocks` by name, or an unseen chain of any seed by its name."""
-    import torch
-
-    def rnd(*s):
-        return torch.randn(*s, generator=torch.Generator().manual_seed(0))
-
-    found = _bmm_chain_block(name, rnd) or next((b for b in blocks() if b["name"] == name), None)
+    found = _bmm_chain_block(name) or next((b for b in blocks() if b["name"] == name), None)
     if found is None:
         raise KeyError(f"no block named {name!r}")
     return found

@@ -10,8 +10,9 @@ stored beside the peak record (one per CPU and ISA), scales that kernel's modell
 own: the conv kernel's inner loops (over channels and the window) differ from the GEMM's, and so do the kernels'
 rates (Zen 4, YOLO-2: 4×16 measured 13-17 % slower than 8×16 where both calibrate at ×1.07 on the GEMM chain).
 
-``python -m chain_fuser.calibrate`` measures and stores it (about 40-80 s: one small kernel compiled and timed per
-micro kernel and kind); the benchmark runs it when no record exists. Without a record every factor is 1.0.
+``python -m chain_fuser.calibrate`` measures and stores it (about 30 s on 2 cores: one small kernel compiled per
+micro kernel and kind, all timed interleaved); the benchmark runs it when no record exists. Without a record every
+factor is 1.0.
 """
 from __future__ import annotations
 
@@ -29,12 +30,13 @@ def calibration_spec(mk, kind: str = "gemm"):
     channels rounded up to the kernel's columns, 28 rows of 28 pixels rounded up to its rows)."""
     from .spec import ConvChain, GemmChain
 
+    def up(x: int, m: int) -> int:
+        return m * -(-x // m)
+
     if kind == "conv":
-        up = lambda x, m: m * -(-x // m)  # noqa: E731
         return ConvChain(1, 32, 28, up(28, mk.mr), up(64, mk.nr), 3, 3, up(32, mk.nr), 1, 1, glue="relu",
                          name=f"calibrate_conv_{mk.name}")
-    m = mk.mr * -(-384 // mk.mr)
-    return GemmChain(1, m, 64, 64, 512, name=f"calibrate_{mk.name}")
+    return GemmChain(1, up(384, mk.mr), 64, 64, 512, name=f"calibrate_{mk.name}")
 
 
 ROUNDS = 5

@@ -47,7 +47,7 @@ def _read(path: str) -> dict | None:
     if not isinstance(rec, dict) or rec.get("format") != FORMAT or rec.get("cpu") != cpu_id():
         return None
     for key in ("factors", "factors_conv"):
-        factors = rec.get(key, {} if key == "factors_conv" else None)
+        factors = rec.get(key)
         if not isinstance(factors, dict) or not all(isinstance(v, (int, float)) and v > 0 for v in factors.values()):
             return None
     return rec
@@ -64,6 +64,5 @@ def factor(device, mk, kind: str = "gemm") -> float | None:
     rec = load()
     if not rec:
         return None
-    v = rec.get("factors_conv", {}).get(mk.name) if kind == "conv" else None
-    v = v or rec["factors"].get(mk.name)
+    v = (kind == "conv" and rec["factors_conv"].get(mk.name)) or rec["factors"].get(mk.name)
     return float(v) if v else None

@@ -309,8 +309,7 @@ class BlockPlan:
         k = inputs[0].shape[0]
         slots: list[list] = [[None] * s for s in self.sizes]
         for i, c, p, _ in self.stage:
-            x = inputs[i].unsqueeze(0)
-            slots[c][p] = (x, 0, (inputs[i],))
+            slots[c][p] = (inputs[i].unsqueeze(0), 0, (inputs[i],))
         for (kind, attrs, args, out, _, _), W in zip(self.steps, self._grad_weights(flush)):
             xs = []
             for a in args:

@@ -202,14 +202,14 @@ def _row(case: Case, shape: str, res: Mapping[str, dict], mapper: Mapping[str, f
     join the family and count as searched mappings for the best too (a tie is no gain)."""
     cyc = {k: v["cycles"] for k, v in res.items()}
     again = {f"{k} ({RECHECK['factor']}x budget)": v["cycles"] for k, v in (recheck or {}).items()}
-    best = min({**cyc, **again}, key={**cyc, **again}.get)  # every mapping searched, the baselines included
-    base = {k: cyc[k] for k in case.baselines}
-    base.update(again)
+    searched = {**cyc, **again}  # every mapping searched, the baselines and their recheck included
+    best = min(searched, key=searched.get)
+    base = {**{k: cyc[k] for k in case.baselines}, **again}
     for k in case.baselines:
         if k in mapper:
             base[f"{k} (TileFlow's mapper)"] = mapper[k]
     sb = min(base, key=base.get)
-    cyc_best = {**cyc, **again}[best]
+    cyc_best = searched[best]
     return {"shape": shape, "macros": dict(case.shapes)[shape], "cycles": cyc, "baseline_candidates": base,
             "energy_pj": {k: v["energy_pj"] for k, v in res.items()},
             "best": best, "best_cycles": cyc_best, "strongest_baseline": sb,
